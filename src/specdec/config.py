@@ -1,0 +1,40 @@
+"""Engine configuration, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None  # local HF dir or .gguf path; None = bundled SmolLM2-135M-Instruct
+    dtype: str = "auto"  # "auto" measures bf16 vs fp32 matmul speed and takes the faster
+    block_size: int = 16
+    kv_cache_memory_gb: float = 1.0  # KV pool budget; ignored when num_kv_blocks is set
+    num_kv_blocks: int | None = None
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 64
+    long_prefill_token_threshold: int | None = None
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    seed: int | None = 0  # engine RNG for unseeded sampling requests
+    num_threads: int | None = None  # torch threads; default: all cores
+    plugins: list[Any] = field(default_factory=list)
+    disable_plugins: list[str] = field(default_factory=list)
+    load_entry_points: bool = True
+    enable_prefix_caching: bool = True
+    speculative: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two, got {self.block_size}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.kv_cache_memory_gb <= 0:
+            raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")

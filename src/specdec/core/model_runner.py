@@ -1,0 +1,131 @@
+"""Turns a SchedulerOutput into one forward over a flattened ragged batch.
+
+Flat inputs (token ids, positions, slot mapping) are built as Python lists and
+turned into tensors once; per-request context gathering is vectorised over the
+block tables. Only rows that sample go through the LM head.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
+from specdec.model.attention import AttentionMetadata, FreshPrefill, PaddedGroup
+from specdec.sample.logits_rows import LogitsRow
+
+
+class ModelRunner:
+    def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype):
+        self.model = model
+        self.block_size = block_size
+        self.dtype = dtype
+        self.sliding_window = getattr(model.config, "sliding_window", None) or None
+        shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
+        self.kv_caches = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
+
+    @staticmethod
+    def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
+        from specdec.model.llama import head_dim_of
+
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        per_token = 2 * kv_heads * head_dim_of(config) * config.num_hidden_layers
+        return per_token * block_size * torch.empty((), dtype=dtype).element_size()
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput) -> tuple[torch.Tensor, list[LogitsRow]]:
+        # Single-token steps first, contiguous, so they attend as one group.
+        order = sorted(sched.scheduled, key=lambda s: s.num_tokens != 1 or s.start == 0)
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        sample_index: list[int] = []
+        rows: list[LogitsRow] = []
+        bs = self.block_size
+        for s in order:
+            start, end = s.start, s.start + s.num_tokens
+            input_ids += s.request.tokens_slice(start, end)
+            positions += range(start, end)
+            table = s.block_ids
+            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            if s.samples:
+                self._add_rows(s, len(input_ids), sample_index, rows)
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long),
+            groups=self._attention_groups(order),
+        )
+        hidden = self.model(
+            torch.tensor(input_ids, dtype=torch.long),
+            torch.tensor(positions, dtype=torch.long),
+            self.kv_caches,
+            meta,
+        )
+        if not rows:
+            return torch.empty(0, 0), rows
+        logits = self.model.compute_logits(hidden[torch.tensor(sample_index, dtype=torch.long)])
+        return logits, rows
+
+    @staticmethod
+    def _add_rows(s: ScheduledRequest, flat_end: int, index: list[int], rows: list) -> None:
+        req = s.request
+        drafts = req.draft_token_ids[: s.num_draft_tokens]
+        first = flat_end - len(drafts) - 1
+        for j in range(len(drafts) + 1):
+            index.append(first + j)
+            rows.append(
+                LogitsRow(
+                    request=req,
+                    position=len(req.output_token_ids) + j,
+                    draft_tokens_before=drafts[:j],
+                    draft_token=drafts[j] if j < len(drafts) else None,
+                )
+            )
+
+    def _attention_groups(self, order: list[ScheduledRequest]):
+        groups: list = []
+        padded: list[tuple[int, ScheduledRequest]] = []
+        offset = 0
+        for s in order:
+            fresh = s.start == 0 and (
+                self.sliding_window is None or s.num_tokens <= self.sliding_window
+            )
+            if fresh:
+                groups.append(FreshPrefill(offset, offset + s.num_tokens))
+            else:
+                padded.append((offset, s))
+            offset += s.num_tokens
+        # Decodes (one query each) batch together; longer queries each get a group
+        # so a long chunk does not pad every decode to its length.
+        singles = [p for p in padded if p[1].num_tokens == 1]
+        if singles:
+            groups.append(self._padded_group(singles))
+        for p in padded:
+            if p[1].num_tokens != 1:
+                groups.append(self._padded_group([p]))
+        return groups
+
+    def _padded_group(self, members: list[tuple[int, ScheduledRequest]]) -> PaddedGroup:
+        bs = self.block_size
+        q_lens = torch.tensor([s.num_tokens for _, s in members])
+        ctx_lens = torch.tensor([s.start + s.num_tokens for _, s in members])
+        q_starts = torch.tensor([off for off, _ in members])
+        max_q, max_ctx = int(q_lens.max()), int(ctx_lens.max())
+        num_blocks = -(-max_ctx // bs)
+        table = torch.zeros(len(members), num_blocks, dtype=torch.long)
+        for i, (_, s) in enumerate(members):
+            ids = s.block_ids[:num_blocks]
+            table[i, : len(ids)] = torch.tensor(ids)
+        pos = torch.arange(max_ctx)
+        kv_slots = table[:, pos // bs] * bs + pos % bs  # [B, C]
+        j = torch.arange(max_q)
+        q_valid = j[None, :] < q_lens[:, None]  # [B, Q]
+        q_pos = (ctx_lens - q_lens)[:, None] + j[None, :]  # [B, Q]
+        mask = pos[None, None, :] <= q_pos[:, :, None]  # [B, Q, C]
+        if self.sliding_window is not None:
+            mask &= pos[None, None, :] > q_pos[:, :, None] - self.sliding_window
+        mask &= q_valid[:, :, None]
+        mask[:, :, 0] |= ~q_valid  # padding queries attend somewhere (no NaN rows)
+        query_index = torch.where(q_valid, q_starts[:, None] + j[None, :], 0)
+        uniform = max_q == 1 and bool(
+            torch.equal(q_starts, q_starts[0] + torch.arange(len(members)))
+        )
+        return PaddedGroup(query_index, q_valid, kv_slots, mask.unsqueeze(1), uniform)

@@ -1,0 +1,386 @@
+"""The engine: requests in, one step at a time, outputs out.
+
+``step()`` is: plugins propose -> schedule -> forward -> logits plugins -> sample
+-> accept (drafts) -> detokenize and stop checks -> post-process plugins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from specdec.config import EngineConfig
+from specdec.core.kv_cache_manager import KVCacheManager
+from specdec.core.model_runner import ModelRunner
+from specdec.core.request import Request, RequestStatus
+from specdec.core.scheduler import Scheduler, SchedulerConfig
+from specdec.detokenizer import IncrementalDetokenizer
+from specdec.engine_context import EngineContext
+from specdec.model import loader
+from specdec.model.builder import build_model, load_hf_config, resolve_dtype
+from specdec.model.registry import ModelRegistry
+from specdec.outputs import RequestMetrics, RequestOutput
+from specdec.plugins.manager import make_plugin_manager, plugin_name
+from specdec.sample.logits_rows import LogitsRow
+from specdec.sample.sampler import Sampler
+from specdec.sampling_params import SamplingParams
+
+
+class RequestRejectedError(ValueError):
+    """A request cannot be served (bad prompt, too long, rejected by a plugin)."""
+
+
+class PluginError(RuntimeError):
+    """A plugin raised while handling one request."""
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.pm = make_plugin_manager(
+            config.plugins, config.disable_plugins, config.load_entry_points
+        )
+        self.registry = ModelRegistry()
+        self.pm.hook.specdec_register_models(registry=self.registry)
+
+        model_dir = loader.resolve_model_dir(config.model)
+        self.model_dir = model_dir
+        self.model_config = load_hf_config(model_dir)
+        self.registry.resolve(self.model_config)  # unsupported architecture: fail before loading
+        self.tokenizer = _load_tokenizer(model_dir)
+        self.dtype = resolve_dtype(config.dtype)
+        self.model = build_model(model_dir, self.model_config, self.registry, self.dtype)
+
+        context_len = self.model_config.max_position_embeddings
+        self.max_model_len = min(config.max_model_len or context_len, context_len)
+        num_blocks = config.num_kv_blocks or max(
+            1,
+            int(config.kv_cache_memory_gb * 2**30)
+            // ModelRunner.kv_bytes_per_block(self.model_config, config.block_size, self.dtype),
+        )
+        self.kv = KVCacheManager(num_blocks, config.block_size)
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                config.max_num_batched_tokens,
+                config.max_num_seqs,
+                config.long_prefill_token_threshold,
+            ),
+            self.kv,
+        )
+        self.runner = ModelRunner(self.model, num_blocks, config.block_size, self.dtype)
+        self.sampler = Sampler(config.seed)
+        self.eos_token_ids = _eos_token_ids(model_dir, self.model_config, self.tokenizer)
+        self.vocab_size = self.model_config.vocab_size
+        self.requests: dict[str, Request] = {}
+        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._ids = itertools.count()
+        self.counters = {"steps": 0, "prompt_tokens": 0, "generation_tokens": 0,
+                         "requests_finished": 0, "forward_tokens": 0}
+        self.context = EngineContext(
+            tokenizer=self.tokenizer,
+            vocab_size=self.vocab_size,
+            eos_token_ids=self.eos_token_ids,
+            config=config,
+            model_config=self.model_config,
+            kv_cache_manager=self.kv,
+        )
+        self.pm.hook.specdec_engine_started(context=self.context)
+        self.request_options = frozenset(
+            itertools.chain.from_iterable(self.pm.hook.specdec_request_options())
+        )
+
+    # ---------------------------------------------------------------- requests
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> Request:
+        params = params or SamplingParams()
+        unknown = set(params.extra) - self.request_options
+        if unknown:
+            raise RequestRejectedError(
+                f"unknown request option(s) {sorted(unknown)}; plugins accept "
+                f"{sorted(self.request_options) or 'none'}"
+            )
+        if isinstance(prompt, str):
+            if not prompt:
+                raise RequestRejectedError("prompt is empty")
+            text, token_ids = prompt, self.tokenizer.encode(prompt, add_special_tokens=False)
+        else:
+            text, token_ids = None, [int(t) for t in prompt]
+            bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise RequestRejectedError(f"prompt token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+        if not token_ids:
+            raise RequestRejectedError("prompt is empty (no tokens)")
+        self._check_fits(len(token_ids), params.max_tokens)
+        request_id = request_id or f"req-{next(self._ids)}"
+        if request_id in self.requests:
+            raise RequestRejectedError(f"duplicate request id {request_id!r}")
+        req = Request(request_id, text, token_ids, params)
+        if params.seed is not None:
+            req.generator = torch.Generator().manual_seed(params.seed)
+        self.pm.hook.specdec_request_added(request=req)  # may raise ValueError to reject
+        self._detok[request_id] = IncrementalDetokenizer(
+            self.tokenizer,
+            stop=params.stop,
+            include_stop_str_in_output=params.include_stop_str_in_output,
+            skip_special_tokens=params.skip_special_tokens,
+        )
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        self.counters["prompt_tokens"] += len(token_ids)
+        return req
+
+    def _check_fits(self, num_prompt: int, max_tokens: int) -> None:
+        total = num_prompt + max_tokens
+        if num_prompt >= self.max_model_len:
+            raise RequestRejectedError(
+                f"prompt has {num_prompt} tokens but the model's context is "
+                f"{self.max_model_len} tokens"
+            )
+        if total > self.max_model_len:
+            raise RequestRejectedError(
+                f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) = {total} exceeds "
+                f"the model's context of {self.max_model_len} tokens; lower max_tokens"
+            )
+        needed = self.kv.blocks_needed(total)
+        if needed > self.kv.num_blocks:
+            raise RequestRejectedError(
+                f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) needs {needed} KV "
+                f"blocks but the pool has only {self.kv.num_blocks}; raise kv_cache_memory_gb "
+                "or num_kv_blocks, or lower max_tokens"
+            )
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stop a request now; its blocks go back to the pool. Returns its final output."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return None
+        self._finish(req, "abort")
+        return self._output(req)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -------------------------------------------------------------------- step
+
+    def step(self) -> list[RequestOutput]:
+        """Run one step; return an output for every request that progressed or ended."""
+        updated: dict[str, Request] = {}
+        decoding = self.scheduler.decoding_requests()
+        if decoding:
+            self._call_isolated(self.pm.hook.specdec_schedule, decoding, "requests", updated)
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return [self._output(r) for r in updated.values()]
+        self.pm.hook.specdec_batch_scheduled(scheduler_output=sched)
+        logits, rows = self.runner.execute(sched)
+        self.counters["steps"] += 1
+        self.counters["forward_tokens"] += sched.total_tokens
+        for s in sched.scheduled:
+            s.request.num_computed_tokens += s.num_tokens
+        if rows:
+            rows = self._apply_logits_plugins(logits, rows, updated)
+            live = [i for i, r in enumerate(rows) if not r.request.is_finished]
+            if live:
+                sampled = self.sampler(logits[live], [rows[i] for i in live])
+                self._accept(
+                    [rows[i] for i in live], sampled.token_ids, sampled.logprobs, updated
+                )
+        return [self._output(r) for r in updated.values()]
+
+    def _accept(self, rows: list[LogitsRow], tokens: list[int], logprobs, updated) -> None:
+        by_request: dict[Request, list[tuple[LogitsRow, int, Any]]] = {}
+        for row, tok, lp in zip(rows, tokens, logprobs):
+            by_request.setdefault(row.request, []).append((row, tok, lp))
+        now = time.monotonic()
+        for req, items in by_request.items():
+            accepted: list[int] = []
+            for row, tok, lp in items:  # a draft is accepted while the sample equals it
+                accepted.append(tok)
+                if lp is not None:
+                    req.logprobs.append(lp)
+                if row.draft_token is None or tok != row.draft_token:
+                    break
+            num_drafts = len(req.draft_token_ids)
+            req.num_computed_tokens -= num_drafts - (len(accepted) - 1)
+            req.draft_token_ids.clear()
+            self._append_tokens(req, accepted, now)
+            updated[req.request_id] = req
+
+    def _append_tokens(self, req: Request, new_tokens: list[int], now: float) -> None:
+        params = req.sampling_params
+        reason = None
+        kept: list[int] = []
+        for tok in new_tokens:
+            kept.append(tok)
+            req.output_token_ids.append(tok)
+            if (tok in self.eos_token_ids and not params.ignore_eos) or tok in params.stop_token_ids:
+                reason = "stop"
+            elif len(req.output_token_ids) >= params.max_tokens:
+                reason = "length"
+            if reason:
+                break
+        if req.logprobs and len(req.logprobs) > len(req.output_token_ids):
+            del req.logprobs[len(req.output_token_ids) :]
+        if req.first_token_time is None:
+            req.first_token_time = now
+        req.last_token_time = now
+        self.counters["generation_tokens"] += len(kept)
+        detok = self._detok[req.request_id]
+        req.plugin_data["_delta_text"] = detok.add_tokens(kept)
+        req.plugin_data["_delta_tokens"] = kept
+        if detok.stopped_by is not None:
+            reason = "stop"
+        req.is_finished_pending = reason is not None
+        for impl in self.pm.hook.specdec_postprocess.get_hookimpls():
+            try:
+                plugin_reason = impl.function(request=req, new_token_ids=kept)
+            except Exception as exc:  # noqa: BLE001 - isolate plugin failures per request
+                self._fail(req, impl, exc)
+                return
+            reason = reason or plugin_reason
+        if reason:
+            self._finish(req, reason)
+
+    # ------------------------------------------------------------ plugin calls
+
+    def _apply_logits_plugins(self, logits: torch.Tensor, rows: list[LogitsRow], updated):
+        hook = self.pm.hook.specdec_logits
+        if not hook.get_hookimpls():
+            return rows
+        backup = logits.clone()
+        try:
+            hook(logits=logits, rows=rows)
+            return rows
+        except Exception:  # noqa: BLE001 - find which requests' rows fail
+            logits.copy_(backup)
+        for req in dict.fromkeys(r.request for r in rows):
+            idx = [i for i, r in enumerate(rows) if r.request is req]
+            sub = logits[idx]
+            for impl in hook.get_hookimpls():
+                try:
+                    impl.function(logits=sub, rows=[rows[i] for i in idx])
+                except Exception as exc:  # noqa: BLE001
+                    self._fail(req, impl, exc)
+                    updated[req.request_id] = req
+                    break
+            logits[idx] = sub
+        return rows
+
+    def _call_isolated(self, hook, requests: list[Request], arg: str, updated) -> None:
+        try:
+            hook(**{arg: requests})
+            return
+        except Exception:  # noqa: BLE001 - retry one by one to find the culprit
+            pass
+        for req in requests:
+            for impl in hook.get_hookimpls():
+                try:
+                    impl.function(**{arg: [req]})
+                except Exception as exc:  # noqa: BLE001
+                    req.draft_token_ids.clear()
+                    self._fail(req, impl, exc)
+                    updated[req.request_id] = req
+                    break
+
+    def _fail(self, req: Request, impl, exc: Exception) -> None:
+        name = plugin_name(self.pm, impl)
+        req.error = f"plugin {name!r} failed: {type(exc).__name__}: {exc}"
+        self._finish(req, "error")
+
+    def _finish(self, req: Request, reason: str) -> None:
+        if req.is_finished:
+            return
+        self.scheduler.remove(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        req.finish_time = time.monotonic()
+        req.draft_token_ids.clear()
+        detok = self._detok[req.request_id]
+        if reason != "abort":
+            tail = detok.flush()
+            req.plugin_data["_delta_text"] = req.plugin_data.get("_delta_text", "") + tail
+        self.counters["requests_finished"] += 1
+        for impl in self.pm.hook.specdec_request_finished.get_hookimpls():
+            try:
+                impl.function(request=req, reason=reason)
+            except Exception:  # noqa: BLE001 - a cleanup failure must not stop the engine
+                pass
+
+    # ----------------------------------------------------------------- outputs
+
+    def _output(self, req: Request) -> RequestOutput:
+        detok = self._detok[req.request_id]
+        out = RequestOutput(
+            request_id=req.request_id,
+            prompt=req.prompt,
+            prompt_token_ids=req.prompt_token_ids,
+            text=detok.text,
+            token_ids=list(req.output_token_ids),
+            finish_reason=req.finish_reason,
+            error=req.error,
+            logprobs=list(req.logprobs) if req.sampling_params.logprobs is not None else None,
+            metrics=RequestMetrics(
+                arrival_time=req.arrival_time,
+                first_token_time=req.first_token_time,
+                finish_time=req.finish_time,
+                num_generated_tokens=len(req.output_token_ids),
+                num_cached_tokens=req.num_cached_prompt_tokens,
+            ),
+            delta_text=req.plugin_data.pop("_delta_text", ""),
+            delta_token_ids=req.plugin_data.pop("_delta_tokens", []),
+        )
+        if req.is_finished:
+            self.requests.pop(req.request_id, None)
+            self._detok.pop(req.request_id, None)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = dict(self.counters)
+        stats.update(
+            preemptions=self.scheduler.num_preemptions,
+            kv_blocks_total=self.kv.num_blocks,
+            kv_blocks_free=self.kv.num_free_blocks,
+            kv_blocks_used=self.kv.num_blocks - self.kv.num_free_blocks,
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            dtype=str(self.dtype).removeprefix("torch."),
+        )
+        for extra in self.pm.hook.specdec_stats():
+            stats.update(extra or {})
+        return stats
+
+
+def _load_tokenizer(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+
+
+def _eos_token_ids(model_dir, config, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+
+    def add(value: int | Sequence[int] | None) -> None:
+        if value is None:
+            return
+        ids.update([value] if isinstance(value, int) else value)
+
+    add(getattr(config, "eos_token_id", None))
+    add(tokenizer.eos_token_id)
+    gen_config = model_dir / "generation_config.json"
+    if gen_config.is_file():
+        import json
+
+        add(json.loads(gen_config.read_text()).get("eos_token_id"))
+    return frozenset(ids)
+

@@ -1,0 +1,159 @@
+"""Hook specifications: the contracts between the engine and its plugins.
+
+Every built-in feature (grammar masks, speculation, prefix caching) is a plugin on
+these hooks, exactly like a third-party package registered through the ``specdec``
+entry-point group. Hooks are always called with keyword arguments, so an
+implementation may accept any subset of a hook's parameters.
+
+One engine step runs the hooks in this order::
+
+    specdec_schedule  ->  scheduler  ->  specdec_batch_scheduled  ->  forward
+      ->  specdec_logits  ->  sampler  ->  specdec_postprocess (per request)
+
+Error handling: an exception raised by a plugin inside a per-step hook fails only
+the request(s) it concerns (finish_reason ``"error"`` with the message); the
+engine and the other requests go on. Batch hooks that raise are retried one
+request at a time to find the culprit, so batch hooks must be idempotent with
+respect to a restored input (``specdec_logits`` gets its logits restored first).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from specdec.core.request import Request
+    from specdec.core.scheduler_output import SchedulerOutput
+    from specdec.engine_context import EngineContext
+    from specdec.model.registry import ModelRegistry
+    from specdec.sample.logits_rows import LogitsRow
+
+PROJECT_NAME = "specdec"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def specdec_register_models(registry: ModelRegistry) -> None:
+    """Register model implementations by Hugging Face ``architectures`` name.
+
+    When: once, when an ``LLM`` is created, before the model is loaded.
+    registry: call ``registry.register("LlamaForCausalLM", factory)``; a factory takes
+        the HF config and returns an ``nn.Module`` with the paged-attention forward
+        contract of :class:`specdec.model.llama.LlamaForCausalLM`.
+    Mutates: only the registry. Cost: negligible.
+    """
+
+
+@hookspec
+def specdec_engine_started(context: EngineContext) -> None:
+    """The engine is built; plugins receive what they need to run.
+
+    When: once, after the model and tokenizer are loaded, before any request.
+    context: tokenizer, vocab size of the logits, EOS ids, engine config, and
+        ``context.kv_cache_manager`` for plugins that extend block management.
+    Mutates: plugin state only. Cost: may be slow (compiling, allocating); runs once.
+    """
+
+
+@hookspec
+def specdec_request_options() -> list[str]:
+    """Names of per-request options this plugin understands.
+
+    When: once at engine start. ``LLM.generate(prompt, grammar=...)`` puts such
+    options in ``SamplingParams.extra``; an option no plugin claims is an error.
+    Returns: a list of option names. Cost: negligible.
+    """
+
+
+@hookspec
+def specdec_request_added(request: Request) -> None:
+    """A request enters the engine (before it is queued).
+
+    When: in ``add_request``, on the caller's thread, before the request is queued.
+    request: read ``request.sampling_params`` (incl. ``.extra``), ``prompt_token_ids``.
+        May set ``request.plugin_data[<plugin name>]`` and ``request.blocked_reason``
+        (a non-empty string keeps the request from being scheduled until cleared,
+        e.g. while a grammar compiles in the background).
+    Raise: ``ValueError`` (or a subclass) to reject the request; the caller gets it.
+    Cost: should be quick; slow work goes to a background thread.
+    """
+
+
+@hookspec
+def specdec_schedule(requests: list[Request]) -> None:
+    """Before the scheduler builds the step: the running requests whose prompt is done.
+
+    When: every step, before token budgets are assigned.
+    requests: running requests that will decode this step if scheduled.
+    Mutates: may set ``request.draft_token_ids`` (speculative proposals); the
+        scheduler then schedules them like any other uncomputed tokens, so a
+        request with k drafts is verified by scheduling k + 1 tokens. The
+        scheduler may shorten the drafts to fit its budget or KV pool.
+    Cost: must stay well under the cost of one forward (<~1 ms per request).
+    """
+
+
+@hookspec
+def specdec_batch_scheduled(scheduler_output: SchedulerOutput) -> None:
+    """The step is fixed; the forward is about to run.
+
+    When: every step, after scheduling, before the model forward.
+    scheduler_output: read-only view of what runs (requests, token counts, drafts).
+    Use: start work that overlaps the forward (e.g. grammar masks for the step).
+    Mutates: nothing in the engine. Cost: < ~1 ms per request.
+    """
+
+
+@hookspec
+def specdec_logits(logits: Any, rows: list[LogitsRow]) -> None:
+    """Modify the step's logits in place before sampling.
+
+    When: every step, after the forward, before sampling.
+    logits: float32 tensor ``[len(rows), vocab_size]``, one row per sampled position.
+    rows: ``rows[i]`` says which request row ``i`` belongs to and which position:
+        ``row.position`` is the index of the output token this row predicts
+        (``len(request.output_token_ids)`` for an ordinary decode row), and
+        ``row.draft_tokens_before`` the draft tokens assumed accepted before it
+        (empty for the first row of a request). With speculation a request has
+        k + 1 rows; a logits processor must treat each row as if the drafts
+        before it were already output.
+    Mutates: ``logits`` in place (mask with ``-inf``, add biases). Nothing else.
+    Cost: the whole hook for a batch should stay under ~1 ms + 20 µs per row.
+    """
+
+
+@hookspec
+def specdec_postprocess(request: Request, new_token_ids: list[int]) -> str | None:
+    """A request got new tokens (already appended to ``request.output_token_ids``).
+
+    When: every step, once per request that produced tokens, after stop checks of
+        the engine (max_tokens, EOS, stop strings) are computed but before the
+        request is finished, so plugins see every accepted token.
+    request: the request; ``request.is_finished_pending`` tells whether the engine
+        will finish it anyway.
+    new_token_ids: the tokens accepted this step (several with speculation).
+    Returns: a finish reason (``"stop"``) to finish the request now, or None.
+    Mutates: plugin state; must not edit the token lists.
+    Cost: < ~100 µs per request.
+    """
+
+
+@hookspec
+def specdec_request_finished(request: Request, reason: str) -> None:
+    """A request left the engine (stop, length, abort or error).
+
+    When: once per request, after it is removed from the scheduler and its KV
+        blocks are freed.
+    Mutates: plugin state only (release per-request state here). Must not raise.
+    """
+
+
+@hookspec
+def specdec_stats() -> dict[str, Any]:
+    """Metrics a plugin adds to ``LLM.stats()`` (e.g. prefix-cache hit rate).
+
+    Returns: a flat dict of name -> number. Cost: cheap; called on demand.
+    """

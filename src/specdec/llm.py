@@ -1,0 +1,144 @@
+"""The offline entry point: ``LLM().generate(prompts, params)``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from specdec.config import EngineConfig
+from specdec.engine import LLMEngine
+from specdec.outputs import RequestOutput
+from specdec.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+Message = dict[str, Any]
+
+
+class LLM:
+    """A paged-KV continuous-batching engine over a local model.
+
+    ``LLM()`` loads the bundled SmolLM2-135M-Instruct; ``LLM(model=PATH)`` a local
+    HF directory or a .gguf file. Keyword arguments are :class:`EngineConfig` fields.
+    """
+
+    def __init__(self, model: str | None = None, **config: Any):
+        self.engine = LLMEngine(EngineConfig(model=model, **config))
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        use_tqdm: bool = True,
+        **options: Any,
+    ) -> list[RequestOutput]:
+        """Generate for one prompt or many; returns outputs in prompt order.
+
+        ``options`` are per-request plugin options (e.g. ``grammar="json.lark"``),
+        applied to every prompt; they travel in ``SamplingParams.extra``.
+        """
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("no prompts given")
+        params = self._params_per_prompt(sampling_params, len(prompts), options)
+        return self._run(prompts, params, use_tqdm)
+
+    def chat(
+        self,
+        messages: Sequence[Message] | Sequence[Sequence[Message]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> list[RequestOutput]:
+        """Apply the tokenizer's chat template to one conversation or many, then generate."""
+        if not messages:
+            raise ValueError("no messages given")
+        conversations = [messages] if isinstance(messages[0], dict) else list(messages)
+        prompts = [
+            self.apply_chat_template(c, add_generation_prompt, **(chat_template_kwargs or {}))
+            for c in conversations
+        ]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm, **options)
+
+    def apply_chat_template(
+        self, conversation: Sequence[Message], add_generation_prompt: bool = True, **kwargs: Any
+    ) -> list[int]:
+        for m in conversation:
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise ValueError(f"each message needs 'role' and 'content', got {m!r}")
+        if not self.tokenizer.chat_template:
+            raise ValueError("this model's tokenizer has no chat template; use generate()")
+        ids = self.tokenizer.apply_chat_template(
+            list(conversation), add_generation_prompt=add_generation_prompt, tokenize=True, **kwargs
+        )
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def stats(self) -> dict[str, Any]:
+        return self.engine.stats()
+
+    def _params_per_prompt(self, sampling_params, n: int, options: dict) -> list[SamplingParams]:
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params = [sampling_params or SamplingParams()] * n
+        else:
+            params = list(sampling_params)
+            if len(params) != n:
+                raise ValueError(f"got {len(params)} sampling params for {n} prompts")
+        if options:
+            from dataclasses import replace
+
+            params = [replace(p, extra={**p.extra, **options}) for p in params]
+        return params
+
+    def _run(self, prompts: list[Prompt], params: list[SamplingParams], use_tqdm: bool):
+        engine = self.engine
+        added = []
+        try:
+            for prompt, p in zip(prompts, params):
+                added.append(engine.add_request(prompt, p).request_id)
+        except Exception:
+            for rid in added:
+                engine.abort(rid)
+            raise
+        results: dict[str, RequestOutput] = {}
+        bar = None
+        if use_tqdm and len(prompts) > 1:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(prompts), desc="generate", unit="req")
+        try:
+            pending = set(added)
+            while pending:
+                outputs = engine.step()
+                if not outputs:
+                    time.sleep(0.001)  # everything waits on plugins (e.g. a compiling grammar)
+                for out in outputs:
+                    if out.finished and out.request_id in pending:
+                        pending.discard(out.request_id)
+                        results[out.request_id] = out
+                        if bar is not None:
+                            bar.update(1)
+                if pending and not engine.has_unfinished():
+                    raise RuntimeError(f"engine lost requests {sorted(pending)}")
+        except BaseException:
+            for rid in added:
+                if rid not in results:
+                    engine.abort(rid)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return [results[rid] for rid in added]

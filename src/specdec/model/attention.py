@@ -1,0 +1,104 @@
+"""Paged attention over a flattened ragged batch, on PyTorch SDPA.
+
+The KV cache of one layer is a tensor ``[2, num_slots, num_kv_heads, head_dim]``
+(``num_slots = num_blocks * block_size``); a token's *slot* is
+``block_id * block_size + offset``. Each step first writes the new keys/values at
+``slot_mapping``, then every query attends to its request's whole context
+(cached tokens + the tokens of this step) gathered through the block table.
+
+Requests are split into attention groups (built once per step by the runner):
+
+* a *fresh prefill* (no cached context): causal SDPA on the step's own K/V,
+  no gather at all;
+* a *padded group* (decodes, speculative verification, chunked-prefill chunks):
+  queries padded to ``[B, Q]``, context gathered to ``[B, C]`` with a boolean mask,
+  one SDPA call for the whole group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class FreshPrefill:
+    """One request with no cached context: tokens ``[start, end)`` of the step."""
+
+    start: int
+    end: int
+
+
+@dataclass
+class PaddedGroup:
+    """Requests attending to gathered context, padded to a rectangle."""
+
+    query_index: torch.Tensor  # [B, Q] flat token index per query (padding -> 0)
+    query_valid: torch.Tensor  # [B, Q] bool, False on padding
+    kv_slots: torch.Tensor  # [B, C] cache slot per context position (padding -> 0)
+    mask: torch.Tensor  # [B, 1, Q, C] bool, True where the query may attend
+    uniform_single_query: bool  # Q == 1 and no padding: query_index is a plain range
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [num_tokens] cache slot each new token is written to
+    groups: list[FreshPrefill | PaddedGroup] = field(default_factory=list)
+
+
+def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+    """Store this step's keys/values ``[T, Hkv, D]`` at their slots."""
+    cache[0].index_copy_(0, slots, k)
+    cache[1].index_copy_(0, slots, v)
+
+
+def paged_attention(
+    q: torch.Tensor,  # [T, Hq, D]
+    k: torch.Tensor,  # [T, Hkv, D] (this step's keys, already written to the cache)
+    v: torch.Tensor,  # [T, Hkv, D]
+    cache: torch.Tensor,  # [2, num_slots, Hkv, D]
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:  # [T, Hq, D]
+    gqa = q.shape[1] != k.shape[1]
+    if len(meta.groups) == 1 and isinstance(meta.groups[0], FreshPrefill):
+        g = meta.groups[0]
+        return _causal(q[g.start : g.end], k[g.start : g.end], v[g.start : g.end], scale, gqa)
+    out = torch.empty_like(q)
+    for g in meta.groups:
+        if isinstance(g, FreshPrefill):
+            out[g.start : g.end] = _causal(
+                q[g.start : g.end], k[g.start : g.end], v[g.start : g.end], scale, gqa
+            )
+            continue
+        keys = cache[0][g.kv_slots].transpose(1, 2)  # [B, Hkv, C, D]
+        values = cache[1][g.kv_slots].transpose(1, 2)
+        if g.uniform_single_query:
+            start = int(g.query_index[0, 0])
+            num = g.query_index.shape[0]
+            queries = q[start : start + num].unsqueeze(2)  # [B, Hq, 1, D]
+            res = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=g.mask, scale=scale, enable_gqa=gqa
+            )
+            out[start : start + num] = res.squeeze(2)
+            continue
+        queries = q[g.query_index].transpose(1, 2)  # [B, Hq, Q, D]
+        res = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=g.mask, scale=scale, enable_gqa=gqa
+        ).transpose(1, 2)  # [B, Q, Hq, D]
+        out[g.query_index[g.query_valid]] = res[g.query_valid]
+    return out
+
+
+def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, gqa: bool):
+    res = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0),
+        k.transpose(0, 1).unsqueeze(0),
+        v.transpose(0, 1).unsqueeze(0),
+        is_causal=True,
+        scale=scale,
+        enable_gqa=gqa,
+    )
+    return res.squeeze(0).transpose(0, 1)

@@ -1,0 +1,15 @@
+"""Which request and output position each row of the step's logits belongs to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.core.request import Request
+
+
+@dataclass
+class LogitsRow:
+    request: Request
+    position: int  # index in request.output_token_ids of the token this row predicts
+    draft_tokens_before: list[int]  # drafts assumed accepted before this row (k-th row: k drafts)
+    draft_token: int | None  # the draft this row verifies; None for the last (bonus) row

@@ -1,0 +1,92 @@
+"""Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds.
+
+Random rows sample by the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``),
+which draws exactly from ``p``; each seeded request draws its noise from its own
+generator, so its tokens do not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.sample.logits_rows import LogitsRow
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]  # one per row
+    logprobs: list[dict[int, float] | None]  # per row: sampled token and top-n, or None
+
+
+class Sampler:
+    def __init__(self, seed: int | None = None):
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        else:
+            self.generator.seed()
+
+    def __call__(self, logits: torch.Tensor, rows: list[LogitsRow]) -> SamplerOutput:
+        params = [r.request.sampling_params for r in rows]
+        raw_logprobs = None
+        if any(p.logprobs is not None for p in params):
+            raw_logprobs = torch.log_softmax(logits, dim=-1)
+        greedy = torch.tensor([p.greedy for p in params])
+        tokens = logits.argmax(dim=-1)
+        if not bool(greedy.all()):
+            random_idx = (~greedy).nonzero().squeeze(1)
+            sub = [rows[i] for i in random_idx.tolist()]
+            tokens[random_idx] = self._sample_random(logits[random_idx], sub)
+        token_list = tokens.tolist()
+        return SamplerOutput(token_list, _gather_logprobs(raw_logprobs, params, token_list))
+
+    def _sample_random(self, logits: torch.Tensor, rows: list[LogitsRow]) -> torch.Tensor:
+        params = [r.request.sampling_params for r in rows]
+        temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)
+        logits = logits / temps[:, None]
+        top_k = [p.top_k for p in params]
+        top_p = [p.top_p for p in params]
+        if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
+            logits = apply_top_k_top_p(logits, top_k, top_p)
+        probs = torch.softmax(logits, dim=-1)
+        min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
+        if bool((min_p > 0).any()):
+            threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+            probs = probs.masked_fill(probs < threshold, 0.0)
+        noise = torch.empty_like(probs)
+        for i, row in enumerate(rows):
+            noise[i].exponential_(generator=row.request.generator or self.generator)
+        return (probs / noise).argmax(dim=-1)
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    """Mask (with -inf) everything outside each row's top-k and top-p nucleus."""
+    vocab = logits.shape[-1]
+    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=False)
+    k = torch.tensor([v if 0 < v < vocab else vocab for v in top_k])
+    kth = sorted_logits.gather(1, (vocab - k).unsqueeze(1))  # k-th largest value
+    remove = sorted_logits < kth
+    p = torch.tensor(top_p, dtype=logits.dtype)
+    cum = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1).cumsum(dim=-1)
+    remove |= cum <= (1 - p[:, None])
+    remove[:, -1] = False  # always keep the most likely token
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, sorted_idx, sorted_logits)
+
+
+def _gather_logprobs(raw: torch.Tensor | None, params, tokens: list[int]):
+    if raw is None:
+        return [None] * len(tokens)
+    out: list[dict[int, float] | None] = []
+    for i, (p, tok) in enumerate(zip(params, tokens)):
+        if p.logprobs is None:
+            out.append(None)
+            continue
+        entry = {tok: float(raw[i, tok])}
+        if p.logprobs > 0:
+            values, ids = raw[i].topk(p.logprobs)
+            entry.update(zip(ids.tolist(), values.tolist()))
+        out.append(entry)
+    return out
