@@ -1,0 +1,10 @@
+"""Benchmarks behind ``specdec bench NAME``.
+
+Each module listed in ``BENCHMARKS`` defines ``add_arguments(parser)`` and
+``main(args) -> dict`` (prints a report; returns the figures).
+"""
+
+BENCHMARKS = {
+    "throughput": "specdec.bench.throughput",
+    "latency": "specdec.bench.latency",
+}

@@ -1,0 +1,96 @@
+"""``specdec`` command line: generate, bench."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from specdec.bench import BENCHMARKS
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="local HF dir or .gguf (default: SmolLM2)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--no-prefix-caching", action="store_true")
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return dict(
+        model=args.model,
+        dtype=args.dtype,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_prefix_caching,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="generate text for one prompt")
+    gen.add_argument("prompt")
+    gen.add_argument("--max-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=-1)
+    gen.add_argument("--min-p", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    gen.add_argument("--chat", action="store_true", help="apply the chat template")
+    gen.add_argument("--json", action="store_true", help="print a JSON record, not just text")
+    add_engine_arguments(gen)
+
+    bench = sub.add_parser("bench", help="benchmarks against a peer, same run")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    for name, module in BENCHMARKS.items():
+        p = bench_sub.add_parser(name)
+        add_engine_arguments(p)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specdec import LLM, SamplingParams
+
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        seed=args.seed,
+        stop=args.stop,
+    )
+    llm = LLM(**engine_kwargs(args))
+    if args.chat:
+        out = llm.chat([{"role": "user", "content": args.prompt}], params)[0]
+    else:
+        out = llm.generate(args.prompt, params)[0]
+    if args.json:
+        print(json.dumps({"text": out.text, "finish_reason": out.finish_reason,
+                          "num_tokens": len(out.token_ids), "ttft_s": out.metrics.ttft,
+                          "mean_itl_s": out.metrics.mean_itl}))
+    else:
+        print(out.text)
+    return 0 if out.finish_reason != "error" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            return cmd_generate(args)
+        importlib.import_module(BENCHMARKS[args.bench]).main(args)
+        return 0
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"specdec: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
