@@ -17,8 +17,9 @@ class UnknownPluginError(ValueError):
 
 def builtin_plugins() -> dict[str, object]:
     from specdec.plugins import builtin_models
+    from specdec.plugins.prefix_caching import PrefixCachingPlugin
 
-    return {"builtin_models": builtin_models}
+    return {"builtin_models": builtin_models, "prefix_caching": PrefixCachingPlugin()}
 
 
 def make_plugin_manager(
