@@ -73,8 +73,10 @@ def paged_attention(
                 q[g.start : g.end], k[g.start : g.end], v[g.start : g.end], scale, gqa
             )
             continue
-        keys = cache[0][g.kv_slots].transpose(1, 2)  # [B, Hkv, C, D]
-        values = cache[1][g.kv_slots].transpose(1, 2)
+        batch, ctx = g.kv_slots.shape
+        flat = g.kv_slots.view(-1)
+        keys = cache[0].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
+        values = cache[1].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
         if g.uniform_single_query:
             start = int(g.query_index[0, 0])
             num = g.query_index.shape[0]
