@@ -115,14 +115,16 @@ class HashChainPrefixCache:
             keys.admitted = True
             self._count_admission(request, blocks)
         hashes = hash_request_blocks(request, self.block_size, num_tokens, keys.hashes)
-        for i in range(keys.num_registered, min(len(hashes), len(blocks))):
+        # ``hashes`` may run ahead (a lookup hashes the whole prompt): stop at ``num_tokens``.
+        num_full = min(num_tokens // self.block_size, len(hashes), len(blocks))
+        for i in range(keys.num_registered, num_full):
             block = blocks[i]
             if block.block_hash is not None:
                 continue  # a hit: indexed already, with this very content
             if hashes[i].digest not in self._index:
                 block.block_hash = hashes[i]
                 self._index[hashes[i].digest] = block
-        keys.num_registered = max(keys.num_registered, min(len(hashes), len(blocks)))
+        keys.num_registered = max(keys.num_registered, num_full)
 
     def forget_request(self, request: Request) -> None:
         """The request released its blocks; its blocks stay indexed until evicted."""
