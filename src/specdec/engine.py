@@ -173,6 +173,7 @@ class LLMEngine:
 
     # -------------------------------------------------------------------- step
 
+    @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         """Run one step; return an output for every request that progressed or ended."""
         updated: dict[str, Request] = {}

@@ -18,8 +18,10 @@ class UnknownPluginError(ValueError):
 def builtin_plugins() -> dict[str, object]:
     from specdec.plugins import builtin_models
     from specdec.plugins.prefix_caching import PrefixCachingPlugin
+    from specdec.structured.plugin import StructuredOutputPlugin
 
-    return {"builtin_models": builtin_models, "prefix_caching": PrefixCachingPlugin()}
+    return {"builtin_models": builtin_models, "prefix_caching": PrefixCachingPlugin(),
+            "structured": StructuredOutputPlugin()}
 
 
 def make_plugin_manager(
@@ -51,8 +53,18 @@ def make_plugin_manager(
                 )
             continue
         if not pm.is_registered(plugin):
-            pm.register(plugin)
+            pm.register(plugin, name=_unique_name(pm, plugin))
     return pm
+
+
+def _unique_name(pm: pluggy.PluginManager, plugin: object) -> str:
+    base = getattr(plugin, "name", None) or getattr(plugin, "__name__", None)
+    base = base if isinstance(base, str) else type(plugin).__name__
+    name, n = base, 1
+    while pm.get_plugin(name) is not None or pm.is_blocked(name):
+        n += 1
+        name = f"{base}-{n}"
+    return name
 
 
 def plugin_name(pm: pluggy.PluginManager, impl) -> str:
