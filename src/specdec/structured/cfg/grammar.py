@@ -1,0 +1,246 @@
+"""A Lark grammar compiled for one vocabulary, and the per-request matcher over it.
+
+State of a matcher: ``(stack, tset, q)``: the LALR stack, the lexer context (which
+terminal set is being lexed, fixed when the lexeme started) and the lexer DFA state of
+the partial lexeme (0: none yet). The mask for a state is built from cached
+vocabulary walks (see :mod:`token_walk`): tokens that stay inside the current lexeme
+come straight from the walk; only tokens that cross a terminal boundary feed the
+parser, once per terminal. Masks are then cached per state: inside a JSON string or
+number, or at any nesting pattern seen before, a step is a dictionary hit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from lark import Lark
+from lark.exceptions import LarkError
+from lark.lexer import PatternStr
+
+from specdec.structured.bitmask import pack_bool_mask
+from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
+from specdec.structured.cfg.lalr import LALRTable, Stack
+from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
+from specdec.structured.cfg.token_walk import WalkResult, walk
+from specdec.structured.errors import ConstraintError
+from specdec.structured.matcher import Matcher
+from specdec.structured.vocabulary import TokenVocabulary
+
+State = tuple[Stack, int, int]  # (parser stack, terminal-set id, lexer DFA state)
+FINISHED = -2  # lexer-state value after EOS was accepted
+MAX_CACHED_MASKS = 200_000
+
+
+class GrammarTables:
+    """What compiling a grammar produces, independent of any vocabulary (picklable)."""
+
+    def __init__(self, text: str, import_paths: list[str] | None = None):
+        try:
+            lark = Lark(text, parser="lalr", lexer="contextual", start="start",
+                        import_paths=import_paths or [])
+        except LarkError as exc:
+            raise ConstraintError(f"invalid Lark grammar: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - lark raises plain errors for some inputs
+            raise ConstraintError(f"invalid Lark grammar: {type(exc).__name__}: {exc}") from None
+        self.terminals: list[Terminal] = []
+        for t in lark.terminals:
+            try:
+                dfa = regex_to_byte_dfa(t.pattern.to_regexp())
+            except ValueError as exc:
+                raise ConstraintError(
+                    f"terminal {t.name} /{t.pattern.value}/ {exc}; write terminals as plain "
+                    "regular expressions (no lookarounds or backreferences)"
+                ) from None
+            if dfa.accepting[0]:
+                raise ConstraintError(f"terminal {t.name} matches the empty string")
+            self.terminals.append(Terminal(t.name, dfa, t.priority,
+                                           isinstance(t.pattern, PatternStr)))
+        self.index = {t.name: i for i, t in enumerate(self.terminals)}
+        self.ignore = frozenset(self.index[name] for name in lark.ignore_tokens)
+        self.lalr = LALRTable(lark.parser.parser.parser.parse_table)
+
+
+class CompiledGrammar:
+    """Grammar tables + a vocabulary + the caches of walks and masks (thread-safe)."""
+
+    def __init__(self, tables: GrammarTables, vocab: TokenVocabulary):
+        self.tables = tables
+        self.vocab = vocab
+        self.lalr = tables.lalr
+        self._tset_ids: dict[frozenset[int], int] = {}
+        self._lexers: list[LexerDFA] = []
+        self._stack_tset: dict[Stack, int] = {}
+        self._walks: dict[tuple, WalkResult] = {}
+        self._masks: dict[State, np.ndarray] = {}
+        self._lock = threading.RLock()
+        ids, lengths, matrix = vocab.byte_matrix
+        self._rows = (ids, lengths, matrix)
+        self._all_rows = np.arange(ids.shape[0])
+        self._eos = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
+        self.initial_state: State = (self.lalr.start_stack,
+                                     self.tset_for(self.lalr.start_stack), 0)
+
+    def matcher(self) -> GrammarMatcher:
+        return GrammarMatcher(self)
+
+    # ------------------------------------------------------------ lexer contexts
+
+    def tset_for(self, stack: Stack) -> int:
+        tset = self._stack_tset.get(stack)
+        if tset is None:
+            index = self.tables.index
+            members = frozenset(index[t] for t in self.lalr.acceptable(stack)) | self.tables.ignore
+            with self._lock:
+                tset = self._tset_ids.get(members)
+                if tset is None:
+                    self._lexers.append(build_lexer_dfa(self.tables.terminals, members))
+                    tset = self._tset_ids[members] = len(self._lexers) - 1
+            if len(self._stack_tset) > MAX_CACHED_MASKS:
+                self._stack_tset.clear()
+            self._stack_tset[stack] = tset
+        return tset
+
+    def close_lexeme(self, stack: Stack, tset: int, q: int) -> Stack | None:
+        """The stack after the lexeme in state ``q`` closes (None: no terminal / parse error)."""
+        terminal = int(self._lexers[tset].winner[q])
+        if terminal < 0:
+            return None
+        if terminal in self.tables.ignore:
+            return stack
+        return self.lalr.feed(stack, self.tables.terminals[terminal].name)
+
+    def step_byte(self, state: State, byte: int) -> State | None:
+        stack, tset, q = state
+        nq = int(self._lexers[tset].table[q, byte])
+        if nq >= 0:
+            return (stack, tset, nq)
+        if q == 0:
+            return None
+        stack = self.close_lexeme(stack, tset, q)
+        if stack is None:
+            return None
+        tset = self.tset_for(stack)
+        nq = int(self._lexers[tset].table[0, byte])
+        return None if nq < 0 else (stack, tset, nq)
+
+    def is_accepting(self, state: State) -> bool:
+        stack, tset, q = state
+        if q == FINISHED:
+            return False
+        if q != 0:
+            stack = self.close_lexeme(stack, tset, q)
+            if stack is None:
+                return False
+        return self.lalr.accepts_end(stack)
+
+    # ------------------------------------------------------------------- masks
+
+    def mask_for(self, state: State) -> np.ndarray:
+        mask = self._masks.get(state)
+        if mask is not None:
+            return mask
+        allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
+        if state[2] != FINISHED:
+            stack, tset, q = state
+            zeros = np.zeros(self._all_rows.shape[0], dtype=np.int32)
+            self._collect(stack, tset, q, (tset, q), self._all_rows, zeros, allowed)
+            if self.is_accepting(state):
+                allowed[self._eos] = True
+        mask = pack_bool_mask(allowed)
+        mask.setflags(write=False)
+        if len(self._masks) > MAX_CACHED_MASKS:
+            self._masks.clear()
+        self._masks[state] = mask
+        return mask
+
+    def _collect(self, stack: Stack, tset: int, q: int, key: tuple, rows: np.ndarray,
+                 offsets: np.ndarray, allowed: np.ndarray) -> None:
+        result = self._walks.get(key)
+        if result is None:
+            ids, lengths, matrix = self._rows
+            result = walk(self._lexers[tset], q, rows, offsets, lengths, matrix, ids)
+            self._walks[key] = result
+        allowed[result.inside] = True
+        for terminal, (sub_rows, sub_offsets) in result.boundaries.items():
+            if terminal in self.tables.ignore:
+                next_stack = stack
+            else:
+                next_stack = self.lalr.feed(stack, self.tables.terminals[terminal].name)
+                if next_stack is None:
+                    continue
+            next_tset = self.tset_for(next_stack)
+            self._collect(next_stack, next_tset, 0, key + (terminal, next_tset),
+                          sub_rows, sub_offsets, allowed)
+
+
+class GrammarMatcher(Matcher):
+    """Per-request position in a :class:`CompiledGrammar`: a history of states."""
+
+    __slots__ = ("compiled", "states")
+
+    def __init__(self, compiled: CompiledGrammar, states: list[State] | None = None):
+        self.compiled = compiled
+        self.states = states if states is not None else [compiled.initial_state]
+
+    def accept_token(self, token_id: int) -> bool:
+        state = self.states[-1]
+        if state[2] == FINISHED or not 0 <= token_id < self.vocab_size:
+            return False
+        if token_id in self.compiled.vocab.eos_token_ids:
+            if not self.compiled.is_accepting(state):
+                return False
+            self.states.append((state[0], state[1], FINISHED))
+            return True
+        data = self.compiled.vocab.token_bytes[token_id]
+        if not data:
+            return False
+        for byte in data:
+            state = self.compiled.step_byte(state, byte)
+            if state is None:
+                return False
+        self.states.append(state)
+        return True
+
+    def accept_text(self, text: str | bytes) -> bool:
+        """Advance over raw text (not tokens); False leaves the state unchanged. Tests use it."""
+        state = self.states[-1]
+        for byte in text.encode() if isinstance(text, str) else text:
+            state = self.compiled.step_byte(state, byte)
+            if state is None:
+                return False
+        self.states.append(state)
+        return True
+
+    def allowed_mask(self) -> np.ndarray:
+        return self.compiled.mask_for(self.states[-1])
+
+    def rollback(self, num_tokens: int) -> None:
+        if not 0 <= num_tokens < len(self.states):
+            raise ValueError(
+                f"cannot roll back {num_tokens} tokens; {len(self.states) - 1} accepted"
+            )
+        del self.states[len(self.states) - num_tokens :]
+
+    def is_accepting(self) -> bool:
+        return self.compiled.is_accepting(self.states[-1])
+
+    def is_terminated(self) -> bool:
+        if self.states[-1][2] == FINISHED:
+            return True
+        return super().is_terminated()
+
+    def copy(self) -> GrammarMatcher:
+        return GrammarMatcher(self.compiled, list(self.states))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.compiled.vocab.vocab_size
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self.compiled.vocab.eos_token_ids
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return len(self.states) - 1

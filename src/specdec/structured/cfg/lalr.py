@@ -1,0 +1,69 @@
+"""lark's LALR(1) table driven on immutable stacks of state numbers.
+
+Only states are kept (no parse values): a stack is a tuple, so it can be shared,
+hashed and used as a cache key, and "what if" feeding never mutates anything. The
+loop is lark's ``ParserState.feed_token``: reduce while the table says so, then shift.
+"""
+
+from __future__ import annotations
+
+from lark.parsers.lalr_analysis import Shift
+
+Stack = tuple[int, ...]
+END = "$END"
+MAX_STACK_DEPTH = 1000  # deeper nesting is rejected (bounds memory and time per token)
+
+
+class LALRTable:
+    def __init__(self, parse_table, start: str = "start"):
+        self.actions: dict[int, dict[str, tuple[bool, object]]] = {}
+        self.gotos: dict[int, dict[str, int]] = {}
+        for state, row in parse_table.states.items():
+            acts, gotos = {}, {}
+            for symbol, (action, arg) in row.items():
+                if symbol.isupper() or symbol == END:  # lark: terminals are upper case
+                    if action is Shift:
+                        acts[symbol] = (True, arg)
+                    else:
+                        acts[symbol] = (False, (len(arg.expansion), arg.origin.name))
+                else:
+                    gotos[symbol] = arg
+            self.actions[state] = acts
+            self.gotos[state] = gotos
+        self.start_stack: Stack = (parse_table.start_states[start],)
+        self.end_state = parse_table.end_states[start]
+        self._acceptable: dict[Stack, frozenset[str]] = {}
+
+    def feed(self, stack: Stack, terminal: str) -> Stack | None:
+        """The stack after shifting ``terminal``, or None if the grammar forbids it."""
+        while True:
+            act = self.actions[stack[-1]].get(terminal)
+            if act is None:
+                return None
+            is_shift, arg = act
+            if is_shift:
+                return stack + (arg,) if len(stack) < MAX_STACK_DEPTH else None
+            size, origin = arg
+            base = stack[: len(stack) - size] if size else stack
+            stack = base + (self.gotos[base[-1]][origin],)
+
+    def accepts_end(self, stack: Stack) -> bool:
+        """Whether the input may end here (``$END`` reduces to the accepting state)."""
+        while True:
+            if stack[-1] == self.end_state:
+                return True
+            act = self.actions[stack[-1]].get(END)
+            if act is None or act[0]:
+                return False
+            size, origin = act[1]
+            base = stack[: len(stack) - size] if size else stack
+            stack = base + (self.gotos[base[-1]][origin],)
+
+    def acceptable(self, stack: Stack) -> frozenset[str]:
+        """Terminals that can really be shifted next (not just listed in the top state)."""
+        found = self._acceptable.get(stack)
+        if found is None:
+            found = frozenset(t for t in self.actions[stack[-1]]
+                              if t != END and self.feed(stack, t) is not None)
+            self._acceptable[stack] = found
+        return found

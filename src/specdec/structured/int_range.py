@@ -1,0 +1,57 @@
+"""Regular expressions for integer ranges, so JSON-schema numeric bounds are enforced exactly.
+
+``int_range_regex(3, 20)`` is ``(?:[3-9]|1[0-9]|20)``-like: digit by digit, a range of
+equal-length numbers ``[lo, hi]`` splits into ``lo``'s first digit followed by
+``[rest of lo, 99..]``, the full first digits in between, and ``hi``'s first digit
+followed by ``[00.., rest of hi]``.
+"""
+
+from __future__ import annotations
+
+_ANY_NONNEG = "(?:0|[1-9][0-9]*)"
+
+
+def int_range_regex(lo: int | None, hi: int | None) -> str:
+    """A regex matching exactly the JSON integers ``n`` with ``lo <= n <= hi`` (None = open)."""
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"empty integer range [{lo}, {hi}]")
+    parts: list[str] = []
+    if lo is None or lo < 0:  # negative part: -m with m in [max(1, -hi), -lo]
+        m_lo = 1 if hi is None or hi >= 0 else -hi
+        m_hi = None if lo is None else -lo
+        parts.append("-" + _nonneg(m_lo, m_hi))
+    if hi is None or hi >= 0:
+        parts.append(_nonneg(max(lo or 0, 0), hi))
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _nonneg(lo: int, hi: int | None) -> str:
+    """Numbers in ``[lo, hi]`` (``hi`` None: unbounded), lo >= 0, without leading zeros."""
+    if hi is None:
+        if lo == 0:
+            return _ANY_NONNEG
+        n = len(str(lo))
+        return "(?:" + _nonneg(lo, 10**n - 1) + f"|[1-9][0-9]{{{n},}})"
+    alternatives = []
+    for length in range(len(str(lo)), len(str(hi)) + 1):
+        a = max(lo, 10 ** (length - 1) if length > 1 else 0)
+        b = min(hi, 10**length - 1)
+        if a <= b:
+            alternatives.append(_same_length(str(a), str(b)))
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def _same_length(lo: str, hi: str) -> str:
+    if lo == hi:
+        return lo
+    n = len(lo)
+    if set(lo[1:]) <= {"0"} and set(hi[1:]) <= {"9"}:
+        head = f"[{lo[0]}-{hi[0]}]" if lo[0] != hi[0] else lo[0]
+        return head + ("[0-9]" * (n - 1))
+    if lo[0] == hi[0]:
+        return lo[0] + _same_length(lo[1:], hi[1:])
+    parts = [lo[0] + _same_length(lo[1:], "9" * (n - 1))]
+    if int(hi[0]) - int(lo[0]) > 1:
+        parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}]" + "[0-9]" * (n - 1))
+    parts.append(hi[0] + _same_length("0" * (n - 1), hi[1:]))
+    return "(?:" + "|".join(parts) + ")"

@@ -1,0 +1,101 @@
+"""The two levels of a constraint: a compiled grammar (shared) and a matcher (per request).
+
+``compile_constraint`` returns a :class:`CompiledConstraint`, built once per
+(constraint, tokenizer) and shared by every request that uses it. ``.matcher()`` gives a
+:class:`Matcher`: the per-request position in the grammar. Speculative decoding needs
+exactly these verbs: check drafts without committing (``validate_tokens`` or a
+``copy()``), commit the accepted prefix (``accept_token``), undo (``rollback``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+import torch
+
+
+class Matcher(ABC):
+    """Per-request grammar state. Every verb says whether it mutates.
+
+    EOS is allowed exactly when :meth:`is_accepting` is true.
+    """
+
+    max_rollback_tokens = 256  # how many accepted tokens ``rollback`` can undo
+
+    @abstractmethod
+    def accept_token(self, token_id: int) -> bool:
+        """Advance over ``token_id`` if the grammar allows it; False leaves the state unchanged."""
+
+    @abstractmethod
+    def allowed_mask(self) -> np.ndarray:
+        """The packed int32 mask of allowed next tokens (EOS included when accepting).
+
+        Read-only and possibly shared with a cache: copy before editing. No mutation.
+        """
+
+    @abstractmethod
+    def rollback(self, num_tokens: int) -> None:
+        """Undo the last ``num_tokens`` accepted tokens (at most ``max_rollback_tokens``)."""
+
+    @abstractmethod
+    def is_accepting(self) -> bool:
+        """The text so far is complete: EOS may come next. No mutation."""
+
+    @abstractmethod
+    def copy(self) -> Matcher:
+        """An independent matcher at the same position (cheap: tables are shared)."""
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def num_accepted_tokens(self) -> int: ...
+
+    def is_terminated(self) -> bool:
+        """Nothing but EOS can follow: the output is complete and cannot grow. No mutation."""
+        if not self.is_accepting():
+            return False
+        mask = self.allowed_mask().view(np.uint32).copy()
+        for eos in self.eos_token_ids:
+            mask[eos // 32] &= np.uint32(~(1 << (eos % 32)) & 0xFFFFFFFF)
+        return not mask.any()
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return frozenset()
+
+    def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
+        """Write the allowed-token mask into row ``index`` of an int32 bitmask. No mutation."""
+        words = bitmask.shape[-1]
+        row = torch.from_numpy(self.allowed_mask())
+        bitmask[index, : min(words, row.shape[0])] = row[:words]
+        if words > row.shape[0]:
+            bitmask[index, row.shape[0] :] = 0
+
+    def allowed_token_ids(self) -> list[int]:
+        """The ids allowed next, EOS included when accepting. No mutation."""
+        bits = np.unpackbits(self.allowed_mask().view(np.uint8), bitorder="little")
+        return np.flatnonzero(bits[: self.vocab_size]).tolist()
+
+    def is_token_allowed(self, token_id: int) -> bool:
+        if not 0 <= token_id < self.vocab_size:
+            return False
+        return bool((int(self.allowed_mask()[token_id // 32]) >> (token_id % 32)) & 1)
+
+    def validate_tokens(self, token_ids: list[int]) -> int:
+        """How many of ``token_ids`` (a prefix) would be accepted. No mutation."""
+        probe = self.copy()
+        for n, tok in enumerate(token_ids):
+            if not probe.accept_token(tok):
+                return n
+        return len(token_ids)
+
+    def accept_tokens(self, token_ids: list[int]) -> int:
+        """Accept tokens while allowed; returns how many were accepted. Mutates."""
+        for n, tok in enumerate(token_ids):
+            if not self.accept_token(tok):
+                return n
+        return len(token_ids)
