@@ -20,7 +20,17 @@ from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 
-CACHE_VERSION = "1"
+def _code_version() -> str:
+    """Cache entries are pickles of our classes: key them by this package's source."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=6)
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+CACHE_VERSION = _code_version()
 CompiledConstraint = CompiledGrammar | CompiledRegex
 
 _memory: dict[tuple[str, str], CompiledConstraint] = {}

@@ -30,6 +30,7 @@ from specdec.structured.vocabulary import TokenVocabulary
 State = tuple[Stack, int, int]  # (parser stack, terminal-set id, lexer DFA state)
 FINISHED = -2  # lexer-state value after EOS was accepted
 MAX_CACHED_MASKS = 200_000
+BASIC_LEXER_DIRECTIVE = "// specdec-lexer: basic"
 
 
 class GrammarTables:
@@ -57,6 +58,9 @@ class GrammarTables:
             self.terminals.append(Terminal(t.name, dfa, t.priority,
                                            isinstance(t.pattern, PatternStr)))
         self.index = {t.name: i for i, t in enumerate(self.terminals)}
+        # "// specdec-lexer: basic" in the grammar: lex every terminal everywhere (lark's
+        # basic lexer; keywords are reserved: "SELECTx" is one NAME, not SELECT + x).
+        self.basic_lexer = BASIC_LEXER_DIRECTIVE in text
         self.ignore = frozenset(self.index[name] for name in lark.ignore_tokens)
         self.lalr = LALRTable(lark.parser.parser.parser.parse_table)
 
@@ -90,7 +94,11 @@ class CompiledGrammar:
         tset = self._stack_tset.get(stack)
         if tset is None:
             index = self.tables.index
-            members = frozenset(index[t] for t in self.lalr.acceptable(stack)) | self.tables.ignore
+            if self.tables.basic_lexer:
+                members = frozenset(range(len(self.tables.terminals)))
+            else:
+                members = frozenset(index[t] for t in self.lalr.acceptable(stack))
+                members |= self.tables.ignore
             with self._lock:
                 tset = self._tset_ids.get(members)
                 if tset is None:

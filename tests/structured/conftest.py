@@ -1,0 +1,30 @@
+"""Fixtures for structured decoding: the real SmolLM2 tokenizer and compiled constraints."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.structured import compile_constraint
+
+
+@pytest.fixture(scope="session")
+def compile_for(tokenizer):
+    """``compile_for(grammar="json.lark")``: compile for the real tokenizer (cached)."""
+
+    def compile_(**constraint):
+        return compile_constraint(tokenizer, vocab_size=49152, eos_token_ids=frozenset([2]),
+                                  **constraint)
+
+    return compile_
+
+
+@pytest.fixture(scope="session")
+def json_grammar(compile_for):
+    return compile_for(grammar="json.lark")
+
+
+def accepts_text(compiled, tokenizer, text: str) -> bool:
+    """Tokenize ``text`` like the model would and feed it token by token; complete at the end."""
+    matcher = compiled.matcher()
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()

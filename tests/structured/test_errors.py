@@ -1,0 +1,45 @@
+"""Fail closed: every bad constraint is a clear ConstraintError (a ValueError)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.structured import ConstraintError, UnsupportedSchemaError
+
+
+@pytest.mark.parametrize("constraint, message", [
+    (dict(grammar="start: foo"), "invalid Lark grammar"),
+    (dict(grammar="no_such_grammar.lark"), "neither a file in grammars/"),
+    (dict(grammar='start: S\nS: /(?<=a)b/\n'), "terminal S"),
+    (dict(grammar='start: "a"\n%import common.ESCAPED_STRING\nstart2: ESCAPED_STRING\n'),
+     "ESCAPED_STRING"),
+    (dict(regex="(unclosed"), "invalid regex"),
+    (dict(regex=""), "non-empty"),
+    (dict(choice=[]), "non-empty list"),
+    (dict(choice="abc"), "non-empty list"),
+    (dict(json_schema="{not json"), "not valid JSON"),
+    (dict(), "exactly one"),
+    (dict(regex="a", choice=["a"]), "exactly one"),
+])
+def test_bad_constraints_raise(compile_for, constraint, message):
+    with pytest.raises(ConstraintError, match=message):
+        compile_for(**constraint)
+
+
+@pytest.mark.parametrize("schema, keyword", [
+    ({"type": "integer", "multipleOf": 3}, "multipleOf"),
+    ({"not": {"type": "string"}}, "not"),
+    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+    ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, "numeric bounds"),
+    ({"type": "string", "format": "ipv4"}, "ipv4"),
+    ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": True},
+     "additionalProperties"),
+])
+def test_unsupported_schema_keywords_are_named(compile_for, schema, keyword):
+    with pytest.raises(UnsupportedSchemaError, match=keyword):
+        compile_for(json_schema=schema)
+
+
+def test_errors_are_value_errors():
+    assert issubclass(ConstraintError, ValueError)
