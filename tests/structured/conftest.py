@@ -23,8 +23,13 @@ def json_grammar(compile_for):
     return compile_for(grammar="json.lark")
 
 
-def accepts_text(compiled, tokenizer, text: str) -> bool:
-    """Tokenize ``text`` like the model would and feed it token by token; complete at the end."""
-    matcher = compiled.matcher()
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    return all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
+@pytest.fixture(scope="session")
+def accepts(tokenizer):
+    """``accepts(compiled, text)``: tokenize like the model, feed token by token, complete?"""
+
+    def accepts_(compiled, text: str) -> bool:
+        matcher = compiled.matcher()
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
+
+    return accepts_

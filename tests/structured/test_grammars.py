@@ -9,8 +9,6 @@ from lark import Lark
 
 from specdec.structured import available_grammars, grammars_dir
 
-from .conftest import accepts_text
-
 CASES = {
     "arithmetic": (
         ["1 + 2 * (x - 3.5) ^ 2", "-(-a)/b_2", "2^3^4", "((1))"],
@@ -40,7 +38,7 @@ def test_every_shipped_grammar_is_tested():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_examples(compile_for, tokenizer, name):
+def test_examples(compile_for, accepts, name):
     compiled = compile_for(grammar=name)
     lexer = "basic" if "specdec-lexer: basic" in (grammars_dir() / f"{name}.lark").read_text() \
         else "contextual"
@@ -48,9 +46,9 @@ def test_examples(compile_for, tokenizer, name):
     good, bad = CASES[name]
     for text in good:
         oracle.parse(text)
-        assert accepts_text(compiled, tokenizer, text), text
+        assert accepts(compiled, text), text
     for text in bad:
-        assert not accepts_text(compiled, tokenizer, text), text
+        assert not accepts(compiled, text), text
 
 
 def _arithmetic():
@@ -68,14 +66,14 @@ def _arithmetic():
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(expr=_arithmetic())
-def test_random_arithmetic_expressions(compile_for, tokenizer, expr):
-    assert accepts_text(compile_for(grammar="arithmetic"), tokenizer, expr)
-    assert not accepts_text(compile_for(grammar="arithmetic"), tokenizer, expr + " +")
+def test_random_arithmetic_expressions(compile_for, accepts, expr):
+    assert accepts(compile_for(grammar="arithmetic"), expr)
+    assert not accepts(compile_for(grammar="arithmetic"), expr + " +")
 
 
-def test_grammar_given_as_text_and_path(compile_for, tokenizer, tmp_path):
+def test_grammar_given_as_text_and_path(compile_for, accepts, tmp_path):
     text = 'start: "yes" | "no"\n'
-    assert accepts_text(compile_for(grammar=text), tokenizer, "yes")
+    assert accepts(compile_for(grammar=text), "yes")
     path = tmp_path / "yn.lark"
     path.write_text(text)
-    assert accepts_text(compile_for(grammar=str(path)), tokenizer, "no")
+    assert accepts(compile_for(grammar=str(path)), "no")
