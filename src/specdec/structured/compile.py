@@ -20,6 +20,7 @@ from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 
+
 def _code_version() -> str:
     """Cache entries are pickles of our classes: key them by this package's source."""
     import hashlib

@@ -4,6 +4,9 @@
 equal-length numbers ``[lo, hi]`` splits into ``lo``'s first digit followed by
 ``[rest of lo, 99..]``, the full first digits in between, and ``hi``'s first digit
 followed by ``[00.., rest of hi]``.
+
+Longer alternatives come first: outlines-core builds its DFA with leftmost-first
+semantics, where ``[0-9]|[1-9][0-9]`` would stop after one digit.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ def _nonneg(lo: int, hi: int | None) -> str:
         if lo == 0:
             return _ANY_NONNEG
         n = len(str(lo))
-        return "(?:" + _nonneg(lo, 10**n - 1) + f"|[1-9][0-9]{{{n},}})"
+        return f"(?:[1-9][0-9]{{{n},}}|" + _nonneg(lo, 10**n - 1) + ")"
     alternatives = []
     for length in range(len(str(lo)), len(str(hi)) + 1):
         a = max(lo, 10 ** (length - 1) if length > 1 else 0)
         b = min(hi, 10**length - 1)
         if a <= b:
             alternatives.append(_same_length(str(a), str(b)))
-    return "(?:" + "|".join(alternatives) + ")"
+    return "(?:" + "|".join(reversed(alternatives)) + ")"  # longest first, see module doc
 
 
 def _same_length(lo: str, hi: str) -> str:

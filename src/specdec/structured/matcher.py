@@ -69,11 +69,11 @@ class Matcher(ABC):
 
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
         """Write the allowed-token mask into row ``index`` of an int32 bitmask. No mutation."""
-        words = bitmask.shape[-1]
-        row = torch.from_numpy(self.allowed_mask())
-        bitmask[index, : min(words, row.shape[0])] = row[:words]
-        if words > row.shape[0]:
-            bitmask[index, row.shape[0] :] = 0
+        mask = self.allowed_mask()
+        target = bitmask[index].numpy()  # a CPU view: one memcpy, no tensor allocation
+        n = min(target.shape[0], mask.shape[0])
+        target[:n] = mask[:n]
+        target[n:] = 0
 
     def allowed_token_ids(self) -> list[int]:
         """The ids allowed next, EOS included when accepting. No mutation."""

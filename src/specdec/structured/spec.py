@@ -98,7 +98,9 @@ def choice_regex(choices: Any) -> str:
     bad = [c for c in choices if not isinstance(c, str) or not c]
     if bad:
         raise ConstraintError(f"choice entries must be non-empty strings, got {bad!r}")
-    return "(" + "|".join(re.escape(c) for c in choices) + ")"
+    # Longest first: outlines-core's DFA is leftmost-first, so "a|ab" would never reach "ab".
+    ordered = sorted(dict.fromkeys(choices), key=len, reverse=True)
+    return "(" + "|".join(re.escape(c) for c in ordered) + ")"
 
 
 def _short(text: str) -> str:
