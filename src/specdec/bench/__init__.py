@@ -7,4 +7,5 @@ Each module listed in ``BENCHMARKS`` defines ``add_arguments(parser)`` and
 BENCHMARKS = {
     "throughput": "specdec.bench.throughput",
     "latency": "specdec.bench.latency",
+    "prefix": "specdec.bench.prefix",
 }
