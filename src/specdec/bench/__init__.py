@@ -8,4 +8,5 @@ BENCHMARKS = {
     "throughput": "specdec.bench.throughput",
     "latency": "specdec.bench.latency",
     "prefix": "specdec.bench.prefix",
+    "structured": "specdec.bench.structured",
 }
