@@ -43,3 +43,14 @@ def test_earliest_stop_string_wins(tokenizer):
     detok = IncrementalDetokenizer(tokenizer, stop=["b c", "a"])
     detok.add_tokens(tokenizer.encode("x a b c", add_special_tokens=False))
     assert detok.stopped_by == "a" and detok.text == "x "
+
+
+def test_streamed_deltas_never_contain_trimmed_stop_text(tokenizer):
+    detok = IncrementalDetokenizer(tokenizer, stop=["STOP HERE"])
+    streamed = ""
+    for t in tokenizer.encode("value: 42 STOP HERE and more", add_special_tokens=False):
+        streamed += detok.add_tokens([t])
+        if detok.stopped_by:
+            break
+    streamed += detok.flush()
+    assert streamed == detok.text == "value: 42 "

@@ -326,7 +326,7 @@ class LLMEngine:
             request_id=req.request_id,
             prompt=req.prompt,
             prompt_token_ids=req.prompt_token_ids,
-            text=detok.text,
+            text=detok.emitted_text,
             token_ids=list(req.output_token_ids),
             finish_reason=req.finish_reason,
             error=req.error,

@@ -128,4 +128,9 @@ class ModelRunner:
         uniform = max_q == 1 and bool(
             torch.equal(q_starts, q_starts[0] + torch.arange(len(members)))
         )
-        return PaddedGroup(query_index, q_valid, kv_slots, mask.unsqueeze(1), uniform)
+        # Additive mask in the model dtype, built once per step rather than per layer.
+        bias = None
+        if not bool(mask.all()):
+            bias = torch.zeros(mask.shape, dtype=self.dtype).masked_fill_(~mask, float("-inf"))
+            bias = bias.unsqueeze(1)
+        return PaddedGroup(query_index, q_valid, kv_slots, bias, uniform)

@@ -38,7 +38,8 @@ class PaddedGroup:
     query_index: torch.Tensor  # [B, Q] flat token index per query (padding -> 0)
     query_valid: torch.Tensor  # [B, Q] bool, False on padding
     kv_slots: torch.Tensor  # [B, C] cache slot per context position (padding -> 0)
-    mask: torch.Tensor  # [B, 1, Q, C] bool, True where the query may attend
+    mask: torch.Tensor | None  # [B, 1, Q, C] additive (0 / -inf) in the model dtype; None: all
+
     uniform_single_query: bool  # Q == 1 and no padding: query_index is a plain range
 
 

@@ -27,10 +27,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        # Bit-identical to HF's float32 formulation in float32 (tested); one fused
+        # kernel instead of seven ops, and a single rounding in bfloat16.
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
