@@ -214,7 +214,7 @@ class LLMEngine:
                     break
             num_drafts = len(req.draft_token_ids)
             req.num_computed_tokens -= num_drafts - (len(accepted) - 1)
-            req.draft_token_ids.clear()
+            req.clear_drafts()
             self._append_tokens(req, accepted, now)
             updated[req.request_id] = req
 
@@ -289,7 +289,7 @@ class LLMEngine:
                 try:
                     impl.function(**{arg: [req]})
                 except Exception as exc:  # noqa: BLE001
-                    req.draft_token_ids.clear()
+                    req.clear_drafts()
                     self._fail(req, impl, exc)
                     updated[req.request_id] = req
                     break
@@ -306,7 +306,7 @@ class LLMEngine:
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         req.finish_time = time.monotonic()
-        req.draft_token_ids.clear()
+        req.clear_drafts()
         detok = self._detok[req.request_id]
         if reason != "abort":
             tail = detok.flush()

@@ -77,6 +77,10 @@ class ModelRunner:
                     position=len(req.output_token_ids) + j,
                     draft_tokens_before=drafts[:j],
                     draft_token=drafts[j] if j < len(drafts) else None,
+                    draft_probs=(
+                        req.draft_probs[j]
+                        if req.draft_probs is not None and j < len(drafts) else None
+                    ),
                 )
             )
 

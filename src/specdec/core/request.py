@@ -33,6 +33,7 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     output_token_ids: list[int] = field(default_factory=list)
     draft_token_ids: list[int] = field(default_factory=list)  # proposals to verify this step
+    draft_probs: torch.Tensor | None = None  # [k, vocab] proposal distributions; None: point mass
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
@@ -47,6 +48,10 @@ class Request:
     plugin_data: dict[str, Any] = field(default_factory=dict)
     generator: torch.Generator | None = None  # per-request RNG when seeded
     is_finished_pending: bool = False  # the engine will finish it after post-processing
+
+    def clear_drafts(self) -> None:
+        self.draft_token_ids.clear()
+        self.draft_probs = None
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -122,7 +122,7 @@ class Scheduler:
         self.running.remove(req)
         self.kv.free(req)
         req.num_computed_tokens = 0
-        req.draft_token_ids.clear()
+        req.clear_drafts()
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1

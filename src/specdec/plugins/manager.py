@@ -18,10 +18,11 @@ class UnknownPluginError(ValueError):
 def builtin_plugins() -> dict[str, object]:
     from specdec.plugins import builtin_models
     from specdec.plugins.prefix_caching import PrefixCachingPlugin
+    from specdec.plugins.speculative import SpeculativePlugin
     from specdec.structured.plugin import StructuredOutputPlugin
 
     return {"builtin_models": builtin_models, "prefix_caching": PrefixCachingPlugin(),
-            "structured": StructuredOutputPlugin()}
+            "structured": StructuredOutputPlugin(), "speculative": SpeculativePlugin()}
 
 
 def make_plugin_manager(

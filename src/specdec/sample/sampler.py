@@ -1,8 +1,24 @@
-"""Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds.
+"""Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds,
+and speculative verification.
 
 Random rows sample by the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``),
 which draws exactly from ``p``; each seeded request draws its noise from its own
 generator, so its tokens do not depend on what else is in the batch.
+
+Speculative rows (Leviathan et al. 2023, "Fast Inference from Transformers via
+Speculative Decoding"; Chen et al. 2023) verify a draft token ``x`` proposed from
+``q``. With ``p`` the target distribution after all of the request's processing:
+
+* *accepted*: ``x`` is kept with probability ``min(1, p(x) / q(x))``;
+* *recovered*: otherwise a token is drawn from ``norm(max(p - q, 0))``, which never
+  equals ``x``, and the rest of the drafts are discarded;
+* *bonus*: the row after the last draft samples plainly from ``p``.
+
+The kept token is then exactly distributed as ``p``. A draft with no ``q``
+(n-gram, grammar-forced) is a point mass: then the rule reduces to sampling from
+``p`` and accepting iff the sample equals ``x``, which is what plain sampling does.
+Greedy rows accept while the draft equals the argmax. The engine keeps tokens up
+to the first row whose token differs from its draft.
 """
 
 from __future__ import annotations
@@ -58,7 +74,24 @@ class Sampler:
         noise = torch.empty_like(probs)
         for i, row in enumerate(rows):
             noise[i].exponential_(generator=row.request.generator or self.generator)
-        return (probs / noise).max(dim=-1).indices
+        tokens = (probs / noise).max(dim=-1).indices
+        for i, row in enumerate(rows):
+            if row.draft_probs is not None and row.draft_token is not None:
+                tokens[i] = self._verify(probs[i], row)
+        return tokens
+
+    def _verify(self, p: torch.Tensor, row: LogitsRow) -> int:
+        """Rejection-sample one draft token proposed from ``row.draft_probs``."""
+        x, q = row.draft_token, row.draft_probs.to(p.dtype)
+        gen = row.request.generator or self.generator
+        if float(torch.rand((), generator=gen)) * float(q[x]) < float(p[x]):
+            return x
+        residual = (p - q).clamp_min_(0.0)
+        if float(residual.sum()) <= 0.0:  # p == q up to rounding: any sample of p is fine
+            residual = p.clone()
+        residual[x] = 0.0  # rejection implies p(x) < q(x), so the residual at x is zero
+        noise = torch.empty_like(residual).exponential_(generator=gen)
+        return int((residual / noise).argmax())
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:

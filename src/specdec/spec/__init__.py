@@ -1,0 +1,1 @@
+"""Speculative decoding: proposers, policy and metrics (the plugin is in specdec.plugins)."""
