@@ -16,6 +16,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--speculative-method", choices=["ngram", "draft"], default=None)
+    parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--draft-model", default=None, help="draft model path (default: an "
+                        "int8 weight-only copy of the target)")
+    parser.add_argument("--draft-quantization", choices=["int8", "int4", "none"], default="int8")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -25,7 +30,18 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching,
+        speculative=speculative_options(args),
     )
+
+
+def speculative_options(args: argparse.Namespace) -> dict | None:
+    if not getattr(args, "speculative_method", None):
+        return None
+    options = {"method": args.speculative_method,
+               "num_speculative_tokens": args.num_speculative_tokens}
+    if args.speculative_method == "draft":
+        options.update(model=args.draft_model, draft_quantization=args.draft_quantization)
+    return options
 
 
 def build_parser() -> argparse.ArgumentParser:
