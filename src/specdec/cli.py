@@ -67,7 +67,22 @@ def build_parser() -> argparse.ArgumentParser:
         p = bench_sub.add_parser(name)
         add_engine_arguments(p)
         importlib.import_module(module).add_arguments(p)
+    add_serve_parser(sub)
     return parser
+
+
+def add_serve_parser(sub) -> None:
+    from specdec.server import serve
+
+    serve_parser = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    add_engine_arguments(serve_parser)
+    serve.add_arguments(serve_parser)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from specdec.server import serve
+
+    return serve.main(args, engine_kwargs(args))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -101,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "generate":
             return cmd_generate(args)
+        if args.command == "serve":
+            return cmd_serve(args)
         importlib.import_module(BENCHMARKS[args.bench]).main(args)
         return 0
     except (ValueError, FileNotFoundError) as exc:

@@ -1,0 +1,218 @@
+"""The engine behind the HTTP server: one thread owns it, asyncio tasks talk to it.
+
+``LLMEngine`` is not thread-safe, so exactly one background thread touches it. The
+asyncio side never calls the engine; it sends commands through a queue and waits on
+futures::
+
+    event loop (many requests)                  engine thread (one)
+    ---------------------------                 -------------------
+    await add(prompt, params) --- command --->  engine.add_request  (ValueError -> future)
+    async for out in stream   <-- outputs ----  engine.step()  (call_soon_threadsafe)
+    abort(request_id)         --- command --->  engine.abort        (KV blocks freed)
+
+The thread steps while any request is unfinished and sleeps on a condition variable
+otherwise. Each request has its own unbounded ``asyncio.Queue``: the engine never
+waits for a client, so a slow reader cannot stall the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.engine import LLMEngine
+from specdec.outputs import RequestOutput
+from specdec.sampling_params import SamplingParams
+
+Command = Callable[[], None]
+
+
+@dataclass
+class RequestStream:
+    """What one request receives: its engine outputs, in order, ending with a finished one."""
+
+    request_id: str
+    num_prompt_tokens: int
+    queue: asyncio.Queue[RequestOutput] = field(default_factory=asyncio.Queue)
+    finished: bool = False
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        while not self.finished:
+            out = await self.queue.get()
+            self.finished = out.finished
+            yield out
+
+
+class AsyncEngine:
+    """Runs ``engine`` in a background thread; every public method is called from the loop.
+
+    ``on_finished(output)`` (optional) is called on the event loop for every request that
+    ends, whatever the reason (metrics use it).
+    """
+
+    def __init__(self, engine: LLMEngine,
+                 on_finished: Callable[[RequestOutput], None] | None = None):
+        self.engine = engine
+        self.on_finished = on_finished
+        self._commands: collections.deque[Command] = collections.deque()
+        self._wakeup = threading.Condition()
+        self._streams: dict[str, RequestStream] = {}
+        self._ids = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.fatal_error: str | None = None
+
+    # ------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="specdec-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def is_healthy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.fatal_error is None
+
+    @property
+    def num_open_streams(self) -> int:
+        return len(self._streams)
+
+    # ------------------------------------------------------ loop-side API
+
+    async def add(self, prompt: str | list[int], params: SamplingParams,
+                  prefix: str = "req", fill_max_tokens: bool = False) -> RequestStream:
+        """Queue a request; raises the engine's ``ValueError`` if it is refused.
+
+        ``fill_max_tokens``: the client gave no ``max_tokens``; allow whatever context the
+        prompt leaves (known only once it is tokenized, on the engine thread).
+
+        The stream is registered before admission, so outputs of the engine's next step
+        (which may reach the loop before this coroutine resumes) are never dropped.
+        """
+        request_id = f"{prefix}-{next(self._ids)}"
+        stream = RequestStream(request_id, num_prompt_tokens=0)
+        self._streams[request_id] = stream
+
+        def admit() -> int:
+            if fill_max_tokens:
+                params.max_tokens = self._context_left(prompt)
+            return self.engine.add_request(prompt, params, request_id).num_prompt_tokens
+
+        try:
+            stream.num_prompt_tokens = await self.call(admit)
+        except asyncio.CancelledError:  # the client left while we waited: undo admission
+            self.abort(request_id)
+            self._streams.pop(request_id, None)
+            raise
+        except BaseException:
+            self._streams.pop(request_id, None)
+            raise
+        return stream
+
+    def _context_left(self, prompt: str | list[int]) -> int:
+        if isinstance(prompt, str):
+            prompt = self.engine.tokenizer.encode(prompt, add_special_tokens=False)
+        pool_tokens = self.engine.kv.num_blocks * self.engine.kv.block_size
+        return max(1, min(self.engine.max_model_len, pool_tokens) - len(prompt))
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request (client gone); its KV blocks return to the pool."""
+        if request_id not in self._streams:
+            return
+
+        def do_abort() -> None:
+            out = self.engine.abort(request_id)
+            if out is not None:
+                self._deliver([out])
+
+        self._submit(do_abort)
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the engine thread and return its result (or raise its exception)."""
+        future: Future = Future()
+
+        def command() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                future.set_exception(exc)
+
+        self._submit(command)
+        return await asyncio.wrap_future(future)
+
+    async def stats(self) -> dict[str, Any]:
+        return await self.call(self.engine.stats)
+
+    def _submit(self, command: Command) -> None:
+        if not self.is_healthy:
+            raise RuntimeError(f"the engine is not running: {self.fatal_error or 'stopped'}")
+        with self._wakeup:
+            self._commands.append(command)
+            self._wakeup.notify()
+
+    # --------------------------------------------------------- engine thread
+
+    def _run(self) -> None:
+        engine = self.engine
+        while True:
+            with self._wakeup:
+                while not self._stopping and not self._commands and not engine.has_unfinished():
+                    self._wakeup.wait()
+                if self._stopping:
+                    return
+                commands = list(self._commands)
+                self._commands.clear()
+            for command in commands:
+                command()
+            if not engine.has_unfinished():
+                continue
+            try:
+                outputs = engine.step()
+            except Exception as exc:  # noqa: BLE001 - fail every request, keep serving
+                self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
+                continue
+            if outputs:
+                self._deliver(outputs)
+            else:
+                time.sleep(0.001)  # every request waits on a plugin (e.g. a compiling grammar)
+
+    def _fail_all(self, message: str) -> None:
+        outputs = []
+        for request_id in list(self.engine.requests):
+            out = self.engine.abort(request_id)
+            if out is not None:
+                out.finish_reason, out.error = "error", message
+                outputs.append(out)
+        self._deliver(outputs)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._dispatch, outputs)
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        """On the event loop: route each output to its request's queue."""
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue
+            stream.queue.put_nowait(out)
+            if out.finished:
+                del self._streams[out.request_id]
+                if self.on_finished is not None:
+                    self.on_finished(out)
+

@@ -1,0 +1,44 @@
+"""``specdec serve``: build the engine from the command line and run uvicorn.
+
+Engine options (``--model``, ``--speculative-method``...) are the shared ones of
+:func:`specdec.cli.add_engine_arguments`; this module adds the server's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+API_KEY_ENV = "SPECDEC_API_KEY"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                        help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
+    parser.add_argument("--served-model-name", default=None,
+                        help="the model id clients send (default: --model, or the bundled "
+                             "model's name)")
+    parser.add_argument("--plugin", action="append", default=[],
+                        help="plugin that must be loaded (name of an installed one; repeatable)")
+    parser.add_argument("--disable-plugin", action="append", default=[],
+                        help="block a plugin by name (repeatable)")
+    parser.add_argument("--log-level", default="info")
+
+
+def main(args: argparse.Namespace, engine_kwargs: dict) -> int:
+    """Serve until interrupted; ``engine_kwargs`` come from the shared engine arguments
+    (``--model``, ``--speculative-method``...) of :mod:`specdec.cli`."""
+    import uvicorn
+
+    from specdec.config import EngineConfig
+    from specdec.engine import LLMEngine
+    from specdec.server.app import create_app
+
+    engine = LLMEngine(EngineConfig(
+        **engine_kwargs, plugins=list(args.plugin), disable_plugins=list(args.disable_plugin),
+    ))
+    app = create_app(engine, model_name=args.served_model_name, api_key=args.api_key)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

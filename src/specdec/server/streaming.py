@@ -1,0 +1,105 @@
+"""Shared by both endpoints: admit a request, wait for its answer or stream it as SSE.
+
+Client disconnects abort the request, so its KV blocks go back to the pool at once:
+
+- streaming: Starlette cancels the response's generator when the client goes away; the
+  generator's ``finally`` aborts the request if it has not finished;
+- non-streaming: the handler polls ``request.is_disconnected()`` while it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import Request
+
+from specdec.outputs import RequestOutput
+from specdec.sampling_params import SamplingParams
+from specdec.server.async_engine import AsyncEngine, RequestStream
+from specdec.server.errors import APIError, BadRequestError
+from specdec.server.metrics import ServerMetrics
+
+DISCONNECT_POLL_S = 0.5
+
+
+class GenerationError(APIError):
+    """The request was admitted but failed while generating (a plugin error)."""
+
+    status_code = 500
+    error_type = "server_error"
+
+
+async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: str | list[int],
+                params: SamplingParams, prefix: str, fill_max_tokens: bool) -> RequestStream:
+    """Queue the request; the engine's refusal (bad prompt, constraint...) becomes a 400."""
+    try:
+        return await engine.add(prompt, params, prefix, fill_max_tokens=fill_max_tokens)
+    except ValueError as exc:
+        metrics.request_rejected()
+        raise BadRequestError(str(exc)) from None
+
+
+async def final_output(engine: AsyncEngine, stream: RequestStream,
+                       http_request: Request) -> RequestOutput:
+    """Wait for the finished output, aborting the request if the client disconnects."""
+    last: RequestOutput | None = None
+    try:
+        while last is None or not last.finished:
+            try:
+                last = await asyncio.wait_for(stream.queue.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await http_request.is_disconnected():
+                    engine.abort(stream.request_id)
+                    raise asyncio.CancelledError from None
+    finally:
+        if last is None or not last.finished:
+            engine.abort(stream.request_id)
+    if last.finish_reason == "error":
+        raise GenerationError(last.error or "generation failed")
+    return last
+
+
+def usage(stream: RequestStream, out: RequestOutput) -> dict[str, int]:
+    generated = len(out.token_ids)
+    return {"prompt_tokens": stream.num_prompt_tokens, "completion_tokens": generated,
+            "total_tokens": stream.num_prompt_tokens + generated}
+
+
+def finish_reason(out: RequestOutput) -> str | None:
+    return None if out.finish_reason is None else {"abort": "stop"}.get(out.finish_reason,
+                                                                         out.finish_reason)
+
+
+async def sse_events(engine: AsyncEngine, stream: RequestStream,
+                     chunks: Callable[[RequestOutput], list[dict[str, Any]]],
+                     usage_chunk: Callable[[RequestOutput], dict[str, Any]] | None,
+                     ) -> AsyncIterator[str]:
+    """``data: {...}`` events for each engine output, then ``data: [DONE]``.
+
+    ``chunks(out)`` turns one output into zero or more chunk objects; ``usage_chunk``
+    (when the client asked ``stream_options.include_usage``) makes the last one.
+    """
+    last: RequestOutput | None = None
+    try:
+        async for out in stream:
+            last = out
+            if out.finish_reason == "error":
+                body = {"error": {"message": out.error or "generation failed",
+                                  "type": "server_error", "param": None, "code": None}}
+                yield _event(body)
+                break
+            for chunk in chunks(out):
+                yield _event(chunk)
+        if usage_chunk is not None and last is not None:
+            yield _event(usage_chunk(last))
+        yield "data: [DONE]\n\n"
+    finally:
+        if last is None or not last.finished:
+            engine.abort(stream.request_id)
+
+
+def _event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"

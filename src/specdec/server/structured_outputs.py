@@ -1,0 +1,118 @@
+"""OpenAI ``response_format`` and vLLM's structured-output fields -> engine request options.
+
+=======================================================  ==============================
+Body field                                                Engine option (``extra``)
+=======================================================  ==============================
+``response_format: {"type": "json_schema",                ``json_schema=<schema>``
+"json_schema": {"name": ..., "schema": {...}}}``
+``response_format: {"type": "json_object"}``              ``grammar=<JSON object grammar>``
+``structured_outputs: {"json" | "regex" | "choice" |       the same, by name
+"grammar" | "json_object": ...}``
+``guided_json``, ``guided_regex``, ``guided_choice``,     the same, by name
+``guided_grammar``, ``guided_whitespace_pattern``
+=======================================================  ==============================
+
+At most one constraint may be given; two are a 400, never a silent choice. The
+options are checked by the structured plugin when the request is admitted, so an
+invalid schema, regex or grammar is refused before any token is generated.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from specdec.server.errors import BadRequestError
+from specdec.server.protocol import SamplingFields
+
+STRUCTURED_OPTIONS = ("json_schema", "regex", "choice", "grammar")
+
+
+@cache
+def json_object_grammar() -> str:
+    """The shipped JSON grammar with an object (not any value) at the top level."""
+    from specdec.structured.spec import grammar_text
+
+    text = grammar_text("json.lark")
+    return text.replace("?start: value", "?start: object", 1)
+
+
+def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> dict[str, Any]:
+    """The engine options for the constraint the body asks for ({} for none)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    fmt = body.response_format
+    if fmt is not None:
+        option = _response_format_option(fmt)
+        if option:
+            found.append(("response_format", option))
+    if body.structured_outputs is not None:
+        found.append(("structured_outputs", _vllm_option(body.structured_outputs)))
+    guided = {
+        "json_schema": _schema(body.guided_json, "guided_json"),
+        "regex": body.guided_regex,
+        "choice": body.guided_choice,
+        "grammar": body.guided_grammar,
+    }
+    for name, value in guided.items():
+        if value is not None:
+            found.append((f"guided_{'json' if name == 'json_schema' else name}", {name: value}))
+    if len(found) > 1:
+        raise BadRequestError(
+            f"give one structured-output constraint, got {', '.join(n for n, _ in found)}"
+        )
+    options = found[0][1] if found else {}
+    if body.guided_whitespace_pattern is not None:
+        options = {**options, "whitespace_pattern": body.guided_whitespace_pattern}
+    if options and not set(STRUCTURED_OPTIONS) & engine_options:
+        raise BadRequestError("structured outputs are not available: the 'structured' plugin "
+                              "is disabled on this server", param=found[0][0])
+    return options
+
+
+def _response_format_option(fmt: dict[str, Any]) -> dict[str, Any]:
+    kind = fmt.get("type")
+    if kind in (None, "text"):
+        return {}
+    if kind == "json_object":
+        return {"grammar": json_object_grammar()}
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise BadRequestError("response_format.json_schema must be an object with a "
+                                  "'schema'", param="response_format")
+        return {"json_schema": _schema(spec["schema"], "response_format.json_schema.schema")}
+    raise BadRequestError(
+        f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
+        param="response_format",
+    )
+
+
+def _vllm_option(so) -> dict[str, Any]:
+    given = {
+        "json_schema": _schema(so.json_, "structured_outputs.json"),
+        "regex": so.regex,
+        "choice": so.choice,
+        "grammar": so.grammar,
+    }
+    if so.json_object:
+        given["grammar_object"] = json_object_grammar()
+    given = {k: v for k, v in given.items() if v is not None}
+    if len(given) != 1:
+        raise BadRequestError("structured_outputs needs exactly one of json, regex, choice, "
+                              "grammar, json_object", param="structured_outputs")
+    (name, value), = given.items()
+    option = {"grammar" if name == "grammar_object" else name: value}
+    if so.whitespace_pattern is not None:
+        option["whitespace_pattern"] = so.whitespace_pattern
+    return option
+
+
+def _schema(schema: Any, param: str) -> Any:
+    """A schema given as a JSON string (allowed by vLLM) is parsed; objects pass through."""
+    if isinstance(schema, str):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise BadRequestError(f"{param} is not valid JSON: {exc}", param=param) from None
+    return schema
