@@ -77,3 +77,18 @@ def test_chat_on_real_model_extracts_json():
     many = llm.chat([[{"role": "user", "content": "Hi"}], [{"role": "user", "content": "Bye"}]],
                     SamplingParams(max_tokens=8), use_tqdm=False)
     assert len(many) == 2 and all(o.token_ids for o in many)
+
+
+def test_cli_generate_with_choice_constraint(tiny_model_dir):
+    cmd = [sys.executable, "-m", "specdec.cli", "generate", "Sentiment:", "--model",
+           str(tiny_model_dir), "--choice", "positive", "negative", "--max-tokens", "8"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() in ("positive", "negative")
+
+
+def test_cli_invalid_regex_is_a_clear_error(tiny_model_dir):
+    cmd = [sys.executable, "-m", "specdec.cli", "generate", "x", "--model", str(tiny_model_dir),
+           "--regex", "(unclosed"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "regex" in res.stderr.lower()

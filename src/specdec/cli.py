@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     gen.add_argument("--chat", action="store_true", help="apply the chat template")
     gen.add_argument("--json", action="store_true", help="print a JSON record, not just text")
+    add_constraint_arguments(gen)
     add_engine_arguments(gen)
 
     bench = sub.add_parser("bench", help="benchmarks against a peer, same run")
@@ -85,6 +86,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve.main(args, engine_kwargs(args))
 
 
+def add_constraint_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--grammar", help="Lark grammar: a name in grammars/, a path, or text")
+    group.add_argument("--regex", help="the output must match this regular expression")
+    group.add_argument("--json-schema", help="path of a JSON schema file")
+    group.add_argument("--choice", nargs="+", help="the output is exactly one of these")
+
+
+def constraint_options(args: argparse.Namespace) -> dict:
+    if args.json_schema:
+        with open(args.json_schema) as f:
+            return {"json_schema": f.read()}
+    for key in ("grammar", "regex", "choice"):
+        if getattr(args, key):
+            return {key: getattr(args, key)}
+    return {}
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from specdec import LLM, SamplingParams
 
@@ -98,10 +117,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stop=args.stop,
     )
     llm = LLM(**engine_kwargs(args))
+    options = constraint_options(args)
     if args.chat:
-        out = llm.chat([{"role": "user", "content": args.prompt}], params)[0]
+        out = llm.chat([{"role": "user", "content": args.prompt}], params, **options)[0]
     else:
-        out = llm.generate(args.prompt, params)[0]
+        out = llm.generate(args.prompt, params, **options)[0]
     if args.json:
         print(json.dumps({"text": out.text, "finish_reason": out.finish_reason,
                           "num_tokens": len(out.token_ids), "ttft_s": out.metrics.ttft,

@@ -1,5 +1,9 @@
 """Single-request latency: TTFT and mean ITL for specdec and HF, plus the
-weight-streaming floor (every linear layer of the model run once at batch 1)."""
+weight-streaming floor (every linear layer of the model run once at batch 1).
+
+With ``--speculative-method`` the same prompts also run with speculation, in the
+same process, and the decode speed-up is printed with the acceptance metrics.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from specdec.bench.workload import chat_prompt_ids, extraction_prompts
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--prompt-index", type=int, default=0)
+    parser.add_argument("--num-prompts", type=int, default=4, help="prompts run one at a time")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
 
 
@@ -35,45 +40,75 @@ def weight_streaming_floor(model, repeats: int = 30) -> float:
     return statistics.median(times)
 
 
+def measure(llm, prompts: list[list[int]], params, repeats: int) -> dict:
+    """Run each prompt alone; decode time per output token across all runs."""
+    from specdec import SamplingParams
+
+    llm.generate([prompts[0]], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+    ttfts, decode_s, decode_tokens, outs = [], 0.0, 0, []
+    for _ in range(repeats):
+        for prompt in prompts:
+            out = llm.generate([prompt], params, use_tqdm=False)[0]
+            m = out.metrics
+            ttfts.append(m.ttft)
+            decode_s += m.finish_time - m.first_token_time
+            decode_tokens += len(out.token_ids) - 1
+            outs.append(out.token_ids)
+    itl = decode_s / max(decode_tokens, 1)
+    return {"ttft_ms": 1e3 * statistics.median(ttfts), "itl_ms": 1e3 * itl,
+            "tok_s": 1 / itl, "outputs": outs, "stats": llm.stats()}
+
+
 def main(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams
     from specdec.cli import engine_kwargs
 
-    llm = LLM(**engine_kwargs(args))
-    prompt = chat_prompt_ids(llm.tokenizer, extraction_prompts())[args.prompt_index]
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
-    llm.generate([prompt], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
-    ttfts, itls = [], []
-    for _ in range(args.repeats):
-        out = llm.generate([prompt], params, use_tqdm=False)[0]
-        ttfts.append(out.metrics.ttft)
-        itls.append(out.metrics.mean_itl)
+    kwargs = engine_kwargs(args)
+    spec_options = kwargs.pop("speculative")
+    llm = LLM(**kwargs)
+    prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
+                            ignore_eos=args.ignore_eos)
+    base = measure(llm, prompts, params, args.repeats)
     floor = weight_streaming_floor(llm.engine.model)
-    result = {
-        "dtype": str(llm.engine.dtype).removeprefix("torch."),
-        "prompt_tokens": len(prompt),
-        "specdec_ttft_ms": 1e3 * statistics.median(ttfts),
-        "specdec_itl_ms": 1e3 * statistics.median(itls),
-        "floor_ms": 1e3 * floor,
-    }
-    result["itl_over_floor"] = result["specdec_itl_ms"] / result["floor_ms"]
-    print(f"specdec ({result['dtype']}, prompt {len(prompt)} tokens, {args.max_tokens} new): "
-          f"TTFT {result['specdec_ttft_ms']:.1f} ms, mean ITL {result['specdec_itl_ms']:.2f} ms "
-          f"({1e3 / result['specdec_itl_ms']:.0f} tok/s)")
-    print(f"weight-streaming floor (all linears once, batch 1): {result['floor_ms']:.2f} ms "
+    dtype = str(llm.engine.dtype).removeprefix("torch.")
+    result = {"dtype": dtype, "num_prompts": len(prompts), "ttft_ms": base["ttft_ms"],
+              "itl_ms": base["itl_ms"], "floor_ms": 1e3 * floor,
+              "itl_over_floor": base["itl_ms"] / (1e3 * floor)}
+    print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new): "
+          f"TTFT {base['ttft_ms']:.1f} ms, mean ITL {base['itl_ms']:.2f} ms "
+          f"({base['tok_s']:.1f} tok/s)")
+    print(f"weight-streaming floor (all linears once, batch 1): {1e3 * floor:.2f} ms "
           f"-> ITL / floor = {result['itl_over_floor']:.2f}x")
+    if spec_options:
+        del llm
+        spec_llm = LLM(**kwargs, speculative=spec_options)
+        spec = measure(spec_llm, prompts, params, args.repeats)
+        s = spec["stats"]
+        result.update(spec_itl_ms=spec["itl_ms"], spec_speedup=base["itl_ms"] / spec["itl_ms"],
+                      spec_identical=spec["outputs"] == base["outputs"],
+                      acceptance_rate=s["spec_acceptance_rate"],
+                      mean_acceptance_length=s["spec_mean_acceptance_length"],
+                      acceptance_per_position=s["spec_acceptance_per_position"])
+        print(f"speculative {spec_options}: mean ITL {spec['itl_ms']:.2f} ms "
+              f"({spec['tok_s']:.1f} tok/s) -> decode speed-up {result['spec_speedup']:.2f}x; "
+              f"greedy outputs identical: {result['spec_identical']}")
+        print(f"  acceptance rate {s['spec_acceptance_rate']:.2f}, mean acceptance length "
+              f"{s['spec_mean_acceptance_length']:.2f}, per position "
+              f"{[round(x, 2) for x in s['spec_acceptance_per_position']]}")
     if not args.skip_hf:
-        result.update(_hf_latency(llm, prompt, args))
-        print(f"HF generate: TTFT {result['hf_ttft_ms']:.1f} ms, mean ITL "
-              f"{result['hf_itl_ms']:.2f} ms; specdec ITL speed-up "
-              f"{result['hf_itl_ms'] / result['specdec_itl_ms']:.2f}x")
+        result.update(_hf_latency(kwargs, prompts[0], args))
+        print(f"HF generate (prompt 0): TTFT {result['hf_ttft_ms']:.1f} ms, mean ITL "
+              f"{result['hf_itl_ms']:.2f} ms")
     return result
 
 
-def _hf_latency(llm, prompt: list[int], args) -> dict:
+def _hf_latency(kwargs, prompt: list[int], args) -> dict:
     from specdec.bench.hf_peer import load_hf_model
+    from specdec.model.builder import resolve_dtype
+    from specdec.model.loader import resolve_model_dir
 
-    model = load_hf_model(llm.engine.model_dir, llm.engine.dtype)
+    model = load_hf_model(resolve_model_dir(kwargs["model"]), resolve_dtype(kwargs["dtype"]))
     ids = torch.tensor([prompt])
 
     def run(n: int) -> float:
@@ -84,6 +119,6 @@ def _hf_latency(llm, prompt: list[int], args) -> dict:
         return time.perf_counter() - start
 
     run(4)
-    ttft = statistics.median(run(1) for _ in range(args.repeats))
-    total = statistics.median(run(args.max_tokens) for _ in range(args.repeats))
+    ttft = statistics.median(run(1) for _ in range(3))
+    total = run(args.max_tokens)
     return {"hf_ttft_ms": 1e3 * ttft, "hf_itl_ms": 1e3 * (total - ttft) / (args.max_tokens - 1)}
