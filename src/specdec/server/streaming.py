@@ -4,7 +4,8 @@ Client disconnects abort the request, so its KV blocks go back to the pool at on
 
 - streaming: Starlette cancels the response's generator when the client goes away; the
   generator's ``finally`` aborts the request if it has not finished;
-- non-streaming: the handler polls ``request.is_disconnected()`` while it waits.
+- non-streaming: a watcher task polls ``request.is_disconnected()`` while the handler
+  waits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from specdec.server.async_engine import AsyncEngine, RequestStream
 from specdec.server.errors import APIError, BadRequestError
 from specdec.server.metrics import ServerMetrics
 
-DISCONNECT_POLL_S = 0.5
+DISCONNECT_POLL_S = 0.25
 
 
 class GenerationError(APIError):
@@ -45,21 +46,27 @@ async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: str | list[
 async def final_output(engine: AsyncEngine, stream: RequestStream,
                        http_request: Request) -> RequestOutput:
     """Wait for the finished output, aborting the request if the client disconnects."""
+    watcher = asyncio.create_task(_abort_on_disconnect(engine, stream, http_request))
     last: RequestOutput | None = None
     try:
-        while last is None or not last.finished:
-            try:
-                last = await asyncio.wait_for(stream.queue.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await http_request.is_disconnected():
-                    engine.abort(stream.request_id)
-                    raise asyncio.CancelledError from None
+        async for out in stream:
+            last = out
     finally:
+        watcher.cancel()
         if last is None or not last.finished:
             engine.abort(stream.request_id)
     if last.finish_reason == "error":
         raise GenerationError(last.error or "generation failed")
     return last
+
+
+async def _abort_on_disconnect(engine: AsyncEngine, stream: RequestStream,
+                               http_request: Request) -> None:
+    while not stream.finished:
+        await asyncio.sleep(DISCONNECT_POLL_S)
+        if await http_request.is_disconnected():
+            engine.abort(stream.request_id)
+            return
 
 
 def usage(stream: RequestStream, out: RequestOutput) -> dict[str, int]:

@@ -5,7 +5,7 @@ Body field                                                Engine option (``extra
 =======================================================  ==============================
 ``response_format: {"type": "json_schema",                ``json_schema=<schema>``
 "json_schema": {"name": ..., "schema": {...}}}``
-``response_format: {"type": "json_object"}``              ``grammar=<JSON object grammar>``
+``response_format: {"type": "json_object"}``              ``json_schema={"type": "object"}``
 ``structured_outputs: {"json" | "regex" | "choice" |       the same, by name
 "grammar" | "json_object": ...}``
 ``guided_json``, ``guided_regex``, ``guided_choice``,     the same, by name
@@ -20,7 +20,6 @@ invalid schema, regex or grammar is refused before any token is generated.
 from __future__ import annotations
 
 import json
-from functools import cache
 from typing import Any
 
 from specdec.server.errors import BadRequestError
@@ -29,13 +28,10 @@ from specdec.server.protocol import SamplingFields
 STRUCTURED_OPTIONS = ("json_schema", "regex", "choice", "grammar")
 
 
-@cache
-def json_object_grammar() -> str:
-    """The shipped JSON grammar with an object (not any value) at the top level."""
-    from specdec.structured.spec import grammar_text
-
-    text = grammar_text("json.lark")
-    return text.replace("?start: value", "?start: object", 1)
+# Any JSON object, nested up to the schema compiler's recursion depth, compact whitespace.
+# (The Lark JSON grammar would allow unbounded whitespace before the "{", which a weak
+# model can fill forever.)
+JSON_OBJECT_SCHEMA = {"type": "object"}
 
 
 def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> dict[str, Any]:
@@ -75,7 +71,7 @@ def _response_format_option(fmt: dict[str, Any]) -> dict[str, Any]:
     if kind in (None, "text"):
         return {}
     if kind == "json_object":
-        return {"grammar": json_object_grammar()}
+        return {"json_schema": JSON_OBJECT_SCHEMA}
     if kind == "json_schema":
         spec = fmt.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:
@@ -96,13 +92,13 @@ def _vllm_option(so) -> dict[str, Any]:
         "grammar": so.grammar,
     }
     if so.json_object:
-        given["grammar_object"] = json_object_grammar()
+        given["json_object"] = JSON_OBJECT_SCHEMA
     given = {k: v for k, v in given.items() if v is not None}
     if len(given) != 1:
         raise BadRequestError("structured_outputs needs exactly one of json, regex, choice, "
                               "grammar, json_object", param="structured_outputs")
     (name, value), = given.items()
-    option = {"grammar" if name == "grammar_object" else name: value}
+    option = {"json_schema" if name == "json_object" else name: value}
     if so.whitespace_pattern is not None:
         option["whitespace_pattern"] = so.whitespace_pattern
     return option
