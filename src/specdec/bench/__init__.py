@@ -9,4 +9,5 @@ BENCHMARKS = {
     "latency": "specdec.bench.latency",
     "prefix": "specdec.bench.prefix",
     "structured": "specdec.bench.structured",
+    "serve": "specdec.bench.serve",
 }
