@@ -37,3 +37,15 @@ def test_non_streaming_client_timeout_aborts_the_request(server):
     stats = wait_until_idle(server, timeout=10)
     assert stats["kv_blocks_free"] == stats["kv_blocks_total"]
     assert aborted_count(server) == before + 1
+
+
+def test_a_client_that_does_not_read_does_not_stall_others(client, server):
+    body = {"model": MODEL_NAME, "prompt": "Tell me a long story", "max_tokens": 400,
+            "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", server.base_url + "/v1/completions", json=body,
+                      headers=AUTH, timeout=30) as idle_reader:
+        assert idle_reader.status_code == 200  # headers read, body left unread
+        r = client.completions.create(model=MODEL_NAME, prompt="Quick one", max_tokens=8,
+                                      timeout=10)
+        assert r.choices[0].finish_reason == "length"
+    wait_until_idle(server)
