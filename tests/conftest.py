@@ -26,11 +26,10 @@ def tokenizer(real_model_dir):
     return AutoTokenizer.from_pretrained(real_model_dir, local_files_only=True)
 
 
-def make_tiny_model_dir(path: Path, tokenizer, arch: str = "llama", seed: int = 0, **overrides):
+def make_tiny_model_dir(path: Path, tokenizer, arch: str = "llama", seed: int = 0,
+                        sharpen: float = 20.0, **overrides):
     """Save a random 2-layer model of the given family with the real tokenizer."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
-
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
     cls = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[arch]
     kwargs = dict(
@@ -51,7 +50,7 @@ def make_tiny_model_dir(path: Path, tokenizer, arch: str = "llama", seed: int = 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     # Random init is near-uniform; sharpen so greedy argmaxes are well separated.
     with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(20)
+        model.get_input_embeddings().weight.mul_(sharpen)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

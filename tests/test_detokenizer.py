@@ -6,7 +6,11 @@ import pytest
 
 from specdec.detokenizer import IncrementalDetokenizer
 
-TEXTS = ["héllo wörld — 你好，世界 🎉🚀 naïve café", "Ann is 31.\n{\"name\": \"Zoë\"}", "日本語のテキスト"]
+TEXTS = [
+    "héllo wörld — 你好，世界 🎉🚀 naïve café",
+    "Ann is 31.\n{\"name\": \"Zoë\"}",
+    "日本語のテキスト",
+]
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -30,7 +34,9 @@ def test_split_multibyte_character_is_held_back(tokenizer):
 @pytest.mark.parametrize("include", [False, True])
 def test_stop_string_trimmed_even_across_tokens(tokenizer, include):
     ids = tokenizer.encode("The answer is 42. END of story", add_special_tokens=False)
-    detok = IncrementalDetokenizer(tokenizer, stop=["END", "never"], include_stop_str_in_output=include)
+    detok = IncrementalDetokenizer(
+        tokenizer, stop=["END", "never"], include_stop_str_in_output=include
+    )
     for t in ids:
         detok.add_tokens([t])
         if detok.stopped_by:

@@ -131,7 +131,8 @@ def test_entry_point_plugin_discovered_without_code_changes(tmp_path, monkeypatc
     """))
     dist = tmp_path / "specdec_test_plugin-0.1.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: specdec-test-plugin\nVersion: 0.1\n")
+    metadata = "Metadata-Version: 2.1\nName: specdec-test-plugin\nVersion: 0.1\n"
+    (dist / "METADATA").write_text(metadata)
     (dist / "entry_points.txt").write_text("[specdec]\ntest_plugin = specdec_test_plugin\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     llm = LLM(model=str(tiny_model_dir), plugins=["test_plugin"])

@@ -89,6 +89,7 @@ class LLMEngine:
             config=config,
             model_config=self.model_config,
             kv_cache_manager=self.kv,
+            dtype=self.dtype,
         )
         self.pm.hook.specdec_engine_started(context=self.context)
         self.request_options = frozenset(
@@ -118,7 +119,9 @@ class LLMEngine:
             text, token_ids = None, [int(t) for t in prompt]
             bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
             if bad:
-                raise RequestRejectedError(f"prompt token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+                raise RequestRejectedError(
+                    f"prompt token ids out of range [0, {self.vocab_size}): {bad[:5]}"
+                )
         if not token_ids:
             raise RequestRejectedError("prompt is empty (no tokens)")
         self._check_fits(len(token_ids), params.max_tokens)
@@ -201,7 +204,7 @@ class LLMEngine:
 
     def _accept(self, rows: list[LogitsRow], tokens: list[int], logprobs, updated) -> None:
         by_request: dict[Request, list[tuple[LogitsRow, int, Any]]] = {}
-        for row, tok, lp in zip(rows, tokens, logprobs):
+        for row, tok, lp in zip(rows, tokens, logprobs, strict=True):
             by_request.setdefault(row.request, []).append((row, tok, lp))
         now = time.monotonic()
         for req, items in by_request.items():
@@ -225,7 +228,8 @@ class LLMEngine:
         for tok in new_tokens:
             kept.append(tok)
             req.output_token_ids.append(tok)
-            if (tok in self.eos_token_ids and not params.ignore_eos) or tok in params.stop_token_ids:
+            is_eos = tok in self.eos_token_ids and not params.ignore_eos
+            if is_eos or tok in params.stop_token_ids:
                 reason = "stop"
             elif len(req.output_token_ids) >= params.max_tokens:
                 reason = "length"

@@ -14,3 +14,4 @@ class EngineContext:
     config: Any  # specdec.config.EngineConfig
     model_config: Any  # the HF config of the target model
     kv_cache_manager: Any  # specdec.core.kv_cache_manager.KVCacheManager
+    dtype: Any = None  # torch dtype of the target model

@@ -107,7 +107,7 @@ class LLM:
         engine = self.engine
         added = []
         try:
-            for prompt, p in zip(prompts, params):
+            for prompt, p in zip(prompts, params, strict=True):
                 added.append(engine.add_request(prompt, p).request_id)
         except Exception:
             for rid in added:

@@ -13,6 +13,8 @@ from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
 from specdec.model.attention import AttentionMetadata, FreshPrefill, PaddedGroup
 from specdec.sample.logits_rows import LogitsRow
 
+SHORT_QUERY = 32  # queries up to this long share one padded attention call
+
 
 class ModelRunner:
     def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype):
@@ -85,26 +87,31 @@ class ModelRunner:
             )
 
     def _attention_groups(self, order: list[ScheduledRequest]):
+        """Decodes batch together; short queries (drafts, short prompts) batch together;
+        a long fresh prompt runs causal attention alone and a long chunk gets its own
+        padded group, so no decode is padded to a long prompt's length."""
         groups: list = []
-        padded: list[tuple[int, ScheduledRequest]] = []
+        singles: list[tuple[int, ScheduledRequest]] = []
+        short: list[tuple[int, ScheduledRequest]] = []
         offset = 0
         for s in order:
-            fresh = s.start == 0 and (
-                self.sliding_window is None or s.num_tokens <= self.sliding_window
-            )
-            if fresh:
-                groups.append(FreshPrefill(offset, offset + s.num_tokens))
-            else:
-                padded.append((offset, s))
+            member = (offset, s)
             offset += s.num_tokens
-        # Decodes (one query each) batch together; longer queries each get a group
-        # so a long chunk does not pad every decode to its length.
-        singles = [p for p in padded if p[1].num_tokens == 1]
-        if singles:
-            groups.append(self._padded_group(singles))
-        for p in padded:
-            if p[1].num_tokens != 1:
-                groups.append(self._padded_group([p]))
+            fits_window = self.sliding_window is None or s.num_tokens <= self.sliding_window
+            if s.num_tokens == 1 and s.start > 0:
+                singles.append(member)
+            elif s.num_tokens <= SHORT_QUERY:
+                short.append(member)
+            elif s.start == 0 and fits_window:
+                groups.append(FreshPrefill(member[0], member[0] + s.num_tokens))
+            else:
+                groups.append(self._padded_group([member]))
+        for members in (singles, short):
+            if len(members) == 1 and members[0][1].start == 0:
+                off, s = members[0]
+                groups.append(FreshPrefill(off, off + s.num_tokens))
+            elif members:
+                groups.append(self._padded_group(members))
         return groups
 
     def _padded_group(self, members: list[tuple[int, ScheduledRequest]]) -> PaddedGroup:

@@ -154,13 +154,14 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata):
         h = self.embed_tokens(input_ids)
         cos, sin = self.rotary(positions, h.dtype)
-        for layer, cache in zip(self.layers, kv_caches):
+        for layer, cache in zip(self.layers, kv_caches, strict=True):
             h = layer(h, cos, sin, cache, meta)
         return self.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.tie_word_embeddings else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        if self.tie_word_embeddings:
+            return F.linear(hidden, self.embed_tokens.weight).float()
+        return self.lm_head(hidden).float()
 
     def load_hf_state_dict(self, weights) -> None:
         """Load HF-named tensors (``model.layers.0.self_attn.q_proj.weight`` ...)."""

@@ -92,8 +92,6 @@ class SpeculativePlugin:
         if drafts:
             accepted = min(max(len(new_token_ids) - 1, 0), drafts)
             self.metrics.record(drafts, accepted)
-            if self.proposer is not None:
-                self.proposer.on_accepted(request, drafts, accepted)
 
     @hookimpl
     def specdec_request_finished(self, request, reason) -> None:

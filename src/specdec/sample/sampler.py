@@ -59,18 +59,7 @@ class Sampler:
         return SamplerOutput(token_list, _gather_logprobs(raw_logprobs, params, token_list))
 
     def _sample_random(self, logits: torch.Tensor, rows: list[LogitsRow]) -> torch.Tensor:
-        params = [r.request.sampling_params for r in rows]
-        temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)
-        logits = logits / temps[:, None]
-        top_k = [p.top_k for p in params]
-        top_p = [p.top_p for p in params]
-        if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
-            logits = apply_top_k_top_p(logits, top_k, top_p)
-        probs = torch.softmax(logits, dim=-1)
-        min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
-        if bool((min_p > 0).any()):
-            threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
-            probs = probs.masked_fill(probs < threshold, 0.0)
+        probs = processed_probs(logits, [r.request.sampling_params for r in rows])
         noise = torch.empty_like(probs)
         for i, row in enumerate(rows):
             noise[i].exponential_(generator=row.request.generator or self.generator)
@@ -94,9 +83,31 @@ class Sampler:
         return int((residual / noise).argmax())
 
 
+def processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
+    """The distribution each row samples from: temperature, top-k, top-p, min-p, normalised."""
+    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)
+    logits = logits / temps[:, None]
+    top_k = [p.top_k for p in params]
+    top_p = [p.top_p for p in params]
+    if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
+        logits = apply_top_k_top_p(logits, top_k, top_p)
+    probs = torch.softmax(logits, dim=-1)
+    min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
+    if bool((min_p > 0).any()):
+        threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+        probs = probs.masked_fill(probs < threshold, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
 def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
     """Mask (with -inf) everything outside each row's top-k and top-p nucleus."""
     vocab = logits.shape[-1]
+    if all(p >= 1.0 for p in top_p):  # top-k only: a partial top-k beats a full sort
+        k = [v if 0 < v < vocab else vocab for v in top_k]
+        values = logits.topk(max(k), dim=-1).values
+        kth = values.gather(1, torch.tensor(k).unsqueeze(1) - 1)
+        return logits.masked_fill(logits < kth, float("-inf"))
     sorted_logits, sorted_idx = logits.sort(dim=-1, descending=False)
     k = torch.tensor([v if 0 < v < vocab else vocab for v in top_k])
     kth = sorted_logits.gather(1, (vocab - k).unsqueeze(1))  # k-th largest value
@@ -113,13 +124,13 @@ def _gather_logprobs(raw: torch.Tensor | None, params, tokens: list[int]):
     if raw is None:
         return [None] * len(tokens)
     out: list[dict[int, float] | None] = []
-    for i, (p, tok) in enumerate(zip(params, tokens)):
+    for i, (p, tok) in enumerate(zip(params, tokens, strict=True)):
         if p.logprobs is None:
             out.append(None)
             continue
         entry = {tok: float(raw[i, tok])}
         if p.logprobs > 0:
             values, ids = raw[i].topk(p.logprobs)
-            entry.update(zip(ids.tolist(), values.tolist()))
+            entry.update(zip(ids.tolist(), values.tolist(), strict=True))
         out.append(entry)
     return out

@@ -38,5 +38,7 @@ class SpeculativeConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(options) - known
         if unknown:
-            raise ValueError(f"unknown speculative option(s) {sorted(unknown)}; known: {sorted(known)}")
+            raise ValueError(
+                f"unknown speculative option(s) {sorted(unknown)}; known: {sorted(known)}"
+            )
         return cls(**options)
