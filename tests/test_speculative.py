@@ -159,3 +159,30 @@ def test_draft_model_sampling_keeps_target_distribution(tmp_path, tokenizer):
         print(pos, tv, tv_control)
         assert tv < 0.07, (pos, tv)
         assert tv_control > 2 * tv, (pos, tv, tv_control)
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                            "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("constraint", [{"json_schema": SCHEMA}, {"grammar": "json.lark"},
+                                        {"regex": r"(ab|cd)+ [0-9]{2,4}"}])
+def test_grammar_with_speculation_same_output_and_forced_drafts(tiny_model_dir, constraint):
+    import json
+
+    params = SamplingParams(max_tokens=30, temperature=0.0)
+    base = LLM(model=str(tiny_model_dir), dtype="float32")
+    spec = LLM(model=str(tiny_model_dir), dtype="float32",
+               speculative={"method": "ngram", "prompt_lookup_min": 1})
+    prompts = REPETITIVE[:2]
+    ref = base.generate(prompts, params, use_tqdm=False, **constraint)
+    got = spec.generate(prompts, params, use_tqdm=False, **constraint)
+    assert [o.token_ids for o in got] == [o.token_ids for o in ref]
+    stats = spec.stats()
+    if "json_schema" in constraint:
+        assert stats["structured_forced_drafts"] > 0  # keys and punctuation cost no model work
+        for o in got:
+            if o.finish_reason == "stop":
+                assert set(json.loads(o.text)) == {"name", "age"}
+    assert stats["kv_blocks_free"] == stats["kv_blocks_total"]

@@ -8,7 +8,9 @@ Per request (options in ``SamplingParams.extra``: ``grammar``, ``regex``,
    ``request.blocked_reason`` keeps it out of the schedule; a compile that fails or
    runs past ``compile_timeout_s`` unblocks the request, which then fails with the error.
 2. ``specdec_schedule`` (last): cut speculative drafts at the first token the grammar
-   rejects, so no step is spent verifying them.
+   rejects, so no step is spent verifying them; when speculation is on, extend the
+   drafts with grammar-forced tokens (the grammar allows exactly one continuation:
+   JSON-schema keys, punctuation), which cost no model work and are always accepted.
 3. ``specdec_logits``: one int32 bitmask for the whole batch, applied in one op. A row
    after ``k`` drafts is masked from a copy of the matcher advanced over those drafts.
 4. ``specdec_postprocess``: advance the matcher; finish with ``"stop"`` when nothing but
@@ -23,6 +25,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from specdec.hookspecs import hookimpl
@@ -36,6 +39,7 @@ from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 PLUGIN_NAME = "structured"
 EXTRA_OPTIONS = ("whitespace_pattern",)
 DEFAULT_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_GRAMMAR_COMPILE_TIMEOUT", "60"))
+MAX_FORCED_DRAFTS = 8  # grammar-forced tokens appended to a request's drafts per step
 
 
 @dataclass
@@ -52,16 +56,26 @@ class RequestGrammar:
 class StructuredOutputPlugin:
     def __init__(self, compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S):
         self.compile_timeout_s = compile_timeout_s
+        self.max_forced_drafts = 0
         self.vocab: TokenVocabulary | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
         self.counters = {"structured_requests": 0, "structured_mask_rows": 0,
-                         "structured_mask_s": 0.0, "structured_compile_errors": 0}
+                         "structured_mask_s": 0.0, "structured_compile_errors": 0,
+                         "structured_forced_drafts": 0}
 
     @hookimpl
     def specdec_engine_started(self, context) -> None:
         self.vocab = token_vocabulary(context.tokenizer, context.vocab_size,
                                       frozenset(context.eos_token_ids))
         self.vocab.byte_matrix  # noqa: B018 - build once now, not on the first request
+        spec = context.config.speculative or {}
+        self.max_forced_drafts = MAX_FORCED_DRAFTS if spec else 0
+        self.tokenizer = context.tokenizer
+        token_bytes = self.vocab.token_bytes
+        self._first_byte = np.array(  # -1: a token with no bytes (EOS, specials)
+            [b[0] if b else -1 for b in token_bytes]
+            + [-1] * (self.vocab.vocab_size - len(token_bytes)), dtype=np.int16)
+        self._byte_token = {b[0]: i for i, b in enumerate(token_bytes) if b and len(b) == 1}
 
     @hookimpl
     def specdec_request_options(self) -> list[str]:
@@ -119,9 +133,57 @@ class StructuredOutputPlugin:
     def specdec_schedule(self, requests) -> None:
         for request in requests:
             state = request.plugin_data.get(PLUGIN_NAME)
-            if state is not None and state.matcher is not None and request.draft_token_ids:
+            if state is None or state.matcher is None:
+                continue
+            if request.draft_token_ids:
                 keep = state.matcher.validate_tokens(request.draft_token_ids)
                 del request.draft_token_ids[keep:]
+            if self.max_forced_drafts and request.sampling_params.extra.get("speculative", True):
+                self._append_forced_tokens(request, state.matcher)
+
+    def _forced_text(self, probe: Matcher, max_bytes: int = 64) -> str:
+        """Bytes every continuation must start with, walked one byte token at a time."""
+        forced = bytearray()
+        while len(forced) < max_bytes and not probe.is_accepting():
+            allowed = _allowed_ids(probe.allowed_mask(), self.vocab.vocab_size)
+            firsts = self._first_byte[allowed]
+            if allowed.size == 0 or firsts.min() < 0 or firsts.min() != firsts.max():
+                break
+            token = self._byte_token.get(int(firsts[0]))
+            if token is None or not probe.accept_token(token):
+                break
+            forced.append(int(firsts[0]))
+        return forced.decode("utf-8", errors="ignore")
+
+    def _append_forced_tokens(self, request, matcher: Matcher) -> None:
+        """Append the tokens of the text the grammar forces after the drafts (never EOS).
+
+        BPE can spell a forced string many ways, so a single allowed *token* is rare;
+        instead the forced *bytes* are found (every allowed token starts with the same
+        byte), then tokenized the tokenizer's way and checked against the grammar.
+        """
+        room = request.sampling_params.max_tokens - len(request.output_token_ids) - 1
+        limit = min(room, len(request.draft_token_ids) + self.max_forced_drafts)
+        if len(request.draft_token_ids) >= limit:
+            return
+        ahead = matcher.copy()
+        ahead.accept_tokens(request.draft_token_ids)
+        text = self._forced_text(ahead.copy())
+        if not text:
+            return
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        forced = ids[: min(ahead.validate_tokens(ids), limit - len(request.draft_token_ids))]
+        if not forced:
+            return
+        if request.draft_probs is not None:  # q of a forced token is a point mass
+            one_hot = torch.zeros(len(forced), request.draft_probs.shape[-1],
+                                  dtype=request.draft_probs.dtype)
+            one_hot[torch.arange(len(forced)), torch.tensor(forced)] = 1.0
+            request.draft_probs = torch.cat(
+                [request.draft_probs[: len(request.draft_token_ids)], one_hot]
+            )
+        request.draft_token_ids.extend(forced)
+        self.counters["structured_forced_drafts"] += len(forced)
 
     @hookimpl
     def specdec_logits(self, logits: torch.Tensor, rows) -> None:
@@ -175,3 +237,8 @@ def _matcher_of(state: RequestGrammar) -> Matcher:
     if state.matcher is None:  # not compiled yet: the request should have been blocked
         raise ConstraintError(f"{state.spec.origin} is not compiled yet")
     return state.matcher
+
+
+def _allowed_ids(packed_mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    bits = np.unpackbits(packed_mask.view(np.uint8), bitorder="little")[:vocab_size]
+    return np.flatnonzero(bits)
