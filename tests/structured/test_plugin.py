@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ PROMPT = [{"role": "user", "content": "Ann is 31 and lives in Oslo. Describe her
 class _Context:
     def __init__(self, tokenizer):
         self.tokenizer, self.vocab_size, self.eos_token_ids = tokenizer, 49152, frozenset([2])
+        self.config = SimpleNamespace(speculative=None)
 
 
 def _plugin_with_request(tokenizer, **options) -> tuple[StructuredOutputPlugin, Request]:
