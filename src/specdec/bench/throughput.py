@@ -20,15 +20,13 @@ def main(args: argparse.Namespace) -> dict:
     from specdec.bench.hf_peer import hf_generate, load_hf_model
     from specdec.cli import engine_kwargs
 
-    llm = LLM(**engine_kwargs(args))
+    kwargs = engine_kwargs(args)
+    spec_options = kwargs.pop("speculative")
+    llm = LLM(**kwargs)
     tok = llm.tokenizer
     prompts = chat_prompt_ids(tok, extraction_prompts(args.num_prompts))
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
-    llm.generate(prompts[:2], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
-
-    start = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    sd_time = time.perf_counter() - start
+    sd_time, outs = _timed_run(llm, prompts, params)
     sd_tokens = sum(len(o.token_ids) for o in outs)
     result = {
         "dtype": str(llm.engine.dtype).removeprefix("torch."),
@@ -40,6 +38,21 @@ def main(args: argparse.Namespace) -> dict:
     }
     print(f"specdec: {sd_tokens} tokens in {sd_time:.2f} s = {sd_tokens / sd_time:.1f} tok/s "
           f"({result['dtype']}, {len(prompts)} prompts)")
+    if spec_options:
+        spec_llm = LLM(**kwargs, speculative=spec_options)
+        spec_time, spec_outs = _timed_run(spec_llm, prompts, params)
+        spec_tokens = sum(len(o.token_ids) for o in spec_outs)
+        s = spec_llm.stats()
+        result.update(spec_tok_s=spec_tokens / spec_time,
+                      spec_ratio=(spec_tokens / spec_time) / (sd_tokens / sd_time),
+                      spec_skipped_by_policy=s["spec_requests_skipped_by_policy"],
+                      spec_acceptance_rate=s["spec_acceptance_rate"])
+        print(f"specdec + speculation {spec_options}: {spec_tokens / spec_time:.1f} tok/s = "
+              f"{result['spec_ratio']:.2f}x of speculation off; drafted for "
+              f"{s['spec_num_drafts']} request-steps, skipped by the batch-size policy for "
+              f"{s['spec_requests_skipped_by_policy']}; acceptance "
+              f"{s['spec_acceptance_rate']:.2f}")
+        del spec_llm
     if not args.skip_hf:
         model = load_hf_model(llm.engine.model_dir, llm.engine.dtype)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -55,3 +68,12 @@ def main(args: argparse.Namespace) -> dict:
               f"{hf_time:.2f} s = {hf_tokens / hf_time:.1f} tok/s")
         print(f"ratio specdec / HF: {result['ratio']:.2f}x   identical outputs: {same}/{len(outs)}")
     return result
+
+
+def _timed_run(llm, prompts, params):
+    from specdec import SamplingParams
+
+    llm.generate(prompts[:2], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    return time.perf_counter() - start, outs
