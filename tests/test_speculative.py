@@ -186,3 +186,23 @@ def test_grammar_with_speculation_same_output_and_forced_drafts(tiny_model_dir, 
             if o.finish_reason == "stop":
                 assert set(json.loads(o.text)) == {"name", "age"}
     assert stats["kv_blocks_free"] == stats["kv_blocks_total"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("speculative", [
+    {"method": "ngram", "num_speculative_tokens": 4},
+    {"method": "draft", "num_speculative_tokens": 3},  # int8 copy of the target as draft
+], ids=["ngram", "draft-int8"])
+def test_real_model_greedy_identical_with_speculation(speculative):
+    from specdec.bench.workload import chat_prompt_ids, extraction_prompts
+
+    params = SamplingParams(max_tokens=48, temperature=0.0)
+    base = LLM(dtype="float32", enable_prefix_caching=False)
+    prompts = chat_prompt_ids(base.tokenizer, extraction_prompts(4))
+    ref = [o.token_ids for o in base.generate(prompts, params, use_tqdm=False)]
+    del base
+    spec = LLM(dtype="float32", enable_prefix_caching=False, speculative=speculative)
+    assert [o.token_ids for o in spec.generate(prompts, params, use_tqdm=False)] == ref
+    stats = spec.stats()
+    assert stats["spec_num_accepted_tokens"] > 0
+    assert stats["steps"] < sum(len(r) for r in ref)  # fewer forwards than tokens
