@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
+    from specdec.cli import add_constraint_arguments
+
+    add_constraint_arguments(parser)
 
 
 def weight_streaming_floor(model, repeats: int = 30) -> float:
@@ -40,7 +43,7 @@ def weight_streaming_floor(model, repeats: int = 30) -> float:
     return statistics.median(times)
 
 
-def measure(llm, prompts: list[list[int]], params, repeats: int) -> dict:
+def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -> dict:
     """Run each prompt alone; decode time per output token across all runs."""
     from specdec import SamplingParams
 
@@ -48,7 +51,7 @@ def measure(llm, prompts: list[list[int]], params, repeats: int) -> dict:
     ttfts, decode_s, decode_tokens, outs = [], 0.0, 0, []
     for _ in range(repeats):
         for prompt in prompts:
-            out = llm.generate([prompt], params, use_tqdm=False)[0]
+            out = llm.generate([prompt], params, use_tqdm=False, **(options or {}))[0]
             m = out.metrics
             ttfts.append(m.ttft)
             decode_s += m.finish_time - m.first_token_time
@@ -61,7 +64,7 @@ def measure(llm, prompts: list[list[int]], params, repeats: int) -> dict:
 
 def main(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams
-    from specdec.cli import engine_kwargs
+    from specdec.cli import constraint_options, engine_kwargs
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
@@ -69,13 +72,15 @@ def main(args: argparse.Namespace) -> dict:
     prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
                             ignore_eos=args.ignore_eos)
-    base = measure(llm, prompts, params, args.repeats)
+    options = constraint_options(args)
+    base = measure(llm, prompts, params, args.repeats, options)
     floor = weight_streaming_floor(llm.engine.model)
     dtype = str(llm.engine.dtype).removeprefix("torch.")
     result = {"dtype": dtype, "num_prompts": len(prompts), "ttft_ms": base["ttft_ms"],
               "itl_ms": base["itl_ms"], "floor_ms": 1e3 * floor,
               "itl_over_floor": base["itl_ms"] / (1e3 * floor)}
-    print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new): "
+    print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new"
+          f"{', constrained by ' + str(options) if options else ''}): "
           f"TTFT {base['ttft_ms']:.1f} ms, mean ITL {base['itl_ms']:.2f} ms "
           f"({base['tok_s']:.1f} tok/s)")
     print(f"weight-streaming floor (all linears once, batch 1): {1e3 * floor:.2f} ms "
@@ -83,7 +88,7 @@ def main(args: argparse.Namespace) -> dict:
     if spec_options:
         del llm
         spec_llm = LLM(**kwargs, speculative=spec_options)
-        spec = measure(spec_llm, prompts, params, args.repeats)
+        spec = measure(spec_llm, prompts, params, args.repeats, options)
         s = spec["stats"]
         result.update(spec_itl_ms=spec["itl_ms"], spec_speedup=base["itl_ms"] / spec["itl_ms"],
                       spec_identical=spec["outputs"] == base["outputs"],
