@@ -99,3 +99,40 @@ class Matcher(ABC):
             if not self.accept_token(tok):
                 return n
         return len(token_ids)
+
+
+class StateStackMatcher(Matcher):
+    """A matcher whose history is a stack of backend states: ``states[0]`` is the start,
+    each accepted token pushes one state, rollback pops. ``compiled`` is the shared,
+    immutable backend (vocabulary, tables, mask caches), so copies are cheap."""
+
+    __slots__ = ("compiled", "states")
+
+    def __init__(self, compiled, states: list | None = None):
+        self.compiled = compiled
+        self.states = states if states is not None else [compiled.initial_state]
+
+    def allowed_mask(self) -> np.ndarray:
+        return self.compiled.mask_for(self.states[-1])
+
+    def rollback(self, num_tokens: int) -> None:
+        if not 0 <= num_tokens < len(self.states):
+            raise ValueError(
+                f"cannot roll back {num_tokens} tokens; {len(self.states) - 1} accepted"
+            )
+        del self.states[len(self.states) - num_tokens :]
+
+    def copy(self) -> StateStackMatcher:
+        return type(self)(self.compiled, list(self.states))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.compiled.vocab.vocab_size
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self.compiled.vocab.eos_token_ids
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return len(self.states) - 1

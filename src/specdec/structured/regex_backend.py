@@ -15,7 +15,7 @@ from outlines_core import Index, Vocabulary
 
 from specdec.structured.bitmask import pack_token_ids
 from specdec.structured.errors import ConstraintError
-from specdec.structured.matcher import Matcher
+from specdec.structured.matcher import StateStackMatcher
 from specdec.structured.vocabulary import TokenVocabulary
 
 FINISHED = -1  # pseudo DFA state after EOS
@@ -61,12 +61,8 @@ class CompiledRegex:
         return self.index.get_next_state(state, token_id)
 
 
-class RegexMatcher(Matcher):
-    __slots__ = ("compiled", "states")
-
-    def __init__(self, compiled: CompiledRegex, states: list[int] | None = None):
-        self.compiled = compiled
-        self.states = states if states is not None else [compiled.initial_state]
+class RegexMatcher(StateStackMatcher):
+    compiled: CompiledRegex
 
     def accept_token(self, token_id: int) -> bool:
         if not 0 <= token_id < self.vocab_size:
@@ -77,39 +73,11 @@ class RegexMatcher(Matcher):
         self.states.append(nxt)
         return True
 
-    def allowed_mask(self) -> np.ndarray:
-        return self.compiled.mask_for(self.states[-1])
-
-    def rollback(self, num_tokens: int) -> None:
-        if not 0 <= num_tokens < len(self.states):
-            raise ValueError(
-                f"cannot roll back {num_tokens} tokens; {len(self.states) - 1} accepted"
-            )
-        del self.states[len(self.states) - num_tokens :]
-
     def is_accepting(self) -> bool:
         return self.states[-1] in self.compiled.final_states
 
     def is_terminated(self) -> bool:
-        state = self.states[-1]
-        if state == FINISHED:
-            return True
-        return super().is_terminated()
-
-    def copy(self) -> RegexMatcher:
-        return RegexMatcher(self.compiled, list(self.states))
-
-    @property
-    def vocab_size(self) -> int:
-        return self.compiled.vocab.vocab_size
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self.compiled.vocab.eos_token_ids
-
-    @property
-    def num_accepted_tokens(self) -> int:
-        return len(self.states) - 1
+        return self.states[-1] == FINISHED or super().is_terminated()
 
 
 def _outlines_eos_id(vocab: TokenVocabulary) -> int:

@@ -24,7 +24,7 @@ from specdec.structured.cfg.lalr import LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
 from specdec.structured.cfg.token_walk import WalkResult, walk
 from specdec.structured.errors import ConstraintError
-from specdec.structured.matcher import Matcher
+from specdec.structured.matcher import StateStackMatcher
 from specdec.structured.vocabulary import TokenVocabulary
 
 State = tuple[Stack, int, int]  # (parser stack, terminal-set id, lexer DFA state)
@@ -182,14 +182,10 @@ class CompiledGrammar:
                           sub_rows, sub_offsets, allowed)
 
 
-class GrammarMatcher(Matcher):
+class GrammarMatcher(StateStackMatcher):
     """Per-request position in a :class:`CompiledGrammar`: a history of states."""
 
-    __slots__ = ("compiled", "states")
-
-    def __init__(self, compiled: CompiledGrammar, states: list[State] | None = None):
-        self.compiled = compiled
-        self.states = states if states is not None else [compiled.initial_state]
+    compiled: CompiledGrammar
 
     def accept_token(self, token_id: int) -> bool:
         state = self.states[-1]
@@ -220,35 +216,8 @@ class GrammarMatcher(Matcher):
         self.states.append(state)
         return True
 
-    def allowed_mask(self) -> np.ndarray:
-        return self.compiled.mask_for(self.states[-1])
-
-    def rollback(self, num_tokens: int) -> None:
-        if not 0 <= num_tokens < len(self.states):
-            raise ValueError(
-                f"cannot roll back {num_tokens} tokens; {len(self.states) - 1} accepted"
-            )
-        del self.states[len(self.states) - num_tokens :]
-
     def is_accepting(self) -> bool:
         return self.compiled.is_accepting(self.states[-1])
 
     def is_terminated(self) -> bool:
-        if self.states[-1][2] == FINISHED:
-            return True
-        return super().is_terminated()
-
-    def copy(self) -> GrammarMatcher:
-        return GrammarMatcher(self.compiled, list(self.states))
-
-    @property
-    def vocab_size(self) -> int:
-        return self.compiled.vocab.vocab_size
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self.compiled.vocab.eos_token_ids
-
-    @property
-    def num_accepted_tokens(self) -> int:
-        return len(self.states) - 1
+        return self.states[-1][2] == FINISHED or super().is_terminated()
