@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/specdec generate --chat --max-tokens 64 \
-	  "Extract the name and age as JSON with keys name and age: Ann is 31 and lives in Paris."
+	$(VENV)/bin/specdec generate --chat --max-tokens 96 --grammar json.lark \
+	  --speculative-method ngram \
+	  "Extract the name, age and city as JSON with keys name, age and city: Ann is 31 and lives in Paris."
 
 test: $(STAMP)
 	$(PY) -m pytest -q
