@@ -142,3 +142,28 @@ def test_entry_point_plugin_discovered_without_code_changes(tmp_path, monkeypatc
     assert specdec_test_plugin.LOADED == [llm.engine.vocab_size]
     blocked = LLM(model=str(tiny_model_dir), disable_plugins=["test_plugin"])
     assert "entry_point_plugin" not in blocked.stats()
+
+
+def test_rejected_request_releases_state_of_plugins_that_accepted_it(tiny_model_dir):
+    class Recorder:
+        def __init__(self):
+            self.added, self.finished = [], []
+
+        @hookimpl(tryfirst=True)
+        def specdec_request_added(self, request):
+            self.added.append(request.request_id)
+
+        @hookimpl
+        def specdec_request_finished(self, request, reason):
+            self.finished.append((request.request_id, reason))
+
+    class Rejecter:
+        @hookimpl(trylast=True)
+        def specdec_request_added(self, request):
+            raise ValueError("no thanks")
+
+    recorder = Recorder()
+    llm = LLM(model=str(tiny_model_dir), plugins=[recorder, Rejecter()])
+    with pytest.raises(ValueError, match="no thanks"):
+        llm.generate("hello", use_tqdm=False)
+    assert recorder.finished == [(recorder.added[0], "error")]

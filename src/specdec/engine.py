@@ -131,7 +131,11 @@ class LLMEngine:
         req = Request(request_id, text, token_ids, params)
         if params.seed is not None:
             req.generator = torch.Generator().manual_seed(params.seed)
-        self.pm.hook.specdec_request_added(request=req)  # may raise ValueError to reject
+        try:
+            self.pm.hook.specdec_request_added(request=req)  # may raise ValueError to reject
+        except Exception:
+            self._notify_finished(req, "error")  # plugins that accepted it release their state
+            raise
         self._detok[request_id] = IncrementalDetokenizer(
             self.tokenizer,
             stop=params.stop,
@@ -316,6 +320,9 @@ class LLMEngine:
             tail = detok.flush()
             req.plugin_data["_delta_text"] = req.plugin_data.get("_delta_text", "") + tail
         self.counters["requests_finished"] += 1
+        self._notify_finished(req, reason)
+
+    def _notify_finished(self, req: Request, reason: str) -> None:
         for impl in self.pm.hook.specdec_request_finished.get_hookimpls():
             try:
                 impl.function(request=req, reason=reason)
