@@ -206,3 +206,33 @@ def test_real_model_greedy_identical_with_speculation(speculative):
     stats = spec.stats()
     assert stats["spec_num_accepted_tokens"] > 0
     assert stats["steps"] < sum(len(r) for r in ref)  # fewer forwards than tokens
+
+
+def test_logits_plugin_sees_every_verified_position(tiny_model_dir):
+    """A ban applied by a logits plugin holds at draft positions too: same output as
+    without speculation, and the hook saw rows for positions beyond the first."""
+    from specdec import hookimpl
+
+    class Ban:
+        def __init__(self, token):
+            self.token, self.rows = token, []
+
+        @hookimpl
+        def specdec_logits(self, logits, rows):
+            for i, row in enumerate(rows):
+                self.rows.append((row.position, len(row.draft_tokens_before)))
+                logits[i, self.token] = float("-inf")
+
+    params = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
+    free = LLM(model=str(tiny_model_dir), dtype="float32")
+    banned_token = free.generate(REPETITIVE[0], params, use_tqdm=False)[0].token_ids[3]
+    outs = {}
+    for spec in (None, {"method": "ngram", "prompt_lookup_min": 1}):
+        ban = Ban(banned_token)
+        llm = LLM(model=str(tiny_model_dir), dtype="float32", plugins=[ban], speculative=spec)
+        outs[spec is None] = llm.generate(REPETITIVE, params, use_tqdm=False)
+        if spec:
+            assert any(before > 0 for _, before in ban.rows)  # draft rows were shown
+            assert llm.stats()["spec_num_draft_tokens"] > 0
+    assert [o.token_ids for o in outs[True]] == [o.token_ids for o in outs[False]]
+    assert all(banned_token not in o.token_ids for o in outs[False])
