@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
 from pathlib import Path
 
@@ -51,11 +52,40 @@ def resolve_dtype(name: str) -> torch.dtype:
 
 @functools.cache
 def fastest_matmul_dtype() -> torch.dtype:
-    """Time a batched-decode-sized matmul in bf16 and fp32; take the faster.
+    """The faster of bf16 and fp32 for batched-decode matmuls on this machine.
 
-    Measured, not assumed: the trials interleave the two dtypes and keep each one's
-    best time, so a busy neighbour on the machine does not decide the outcome.
+    Measured, not assumed, once per (CPU, torch version, threads) and remembered in the
+    cache directory, so a run that happens to share the cores with a busy neighbour does
+    not flip later runs to a different dtype (and different numerics).
     """
+    import json
+    import platform
+
+    from specdec.model.loader import cache_root
+
+    key = f"{_cpu_model() or platform.processor()}|torch {torch.__version__}|" \
+          f"{torch.get_num_threads()} threads"
+    path = cache_root() / "dtype-auto.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key in known and known[key] in ("float32", "bfloat16"):
+        return _TORCH_DTYPES[known[key]]
+    dtype = _measure_fastest_dtype()
+    known[key] = str(dtype).removeprefix("torch.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs a re-measurement next time
+    return dtype
+
+
+def _measure_fastest_dtype() -> torch.dtype:
+    """Interleaved trials, each dtype's best time (robust to a briefly busy machine)."""
     operands = {
         dtype: (torch.randn(32, 1024, dtype=dtype), torch.randn(1024, 4096, dtype=dtype))
         for dtype in (torch.float32, torch.bfloat16)
@@ -69,3 +99,14 @@ def fastest_matmul_dtype() -> torch.dtype:
                 x @ w
             best[dtype] = min(best[dtype], time.perf_counter() - start)
     return min(best, key=best.get)
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
