@@ -95,7 +95,7 @@ def _mask_and_compile(tokenizer, constraint: dict, texts: list[str]) -> dict:
     from specdec.structured.vocabulary import token_vocabulary
 
     vocab = token_vocabulary(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
-    vocab.byte_matrix  # noqa: B018 - per tokenizer, not per grammar
+    vocab.byte_trie  # noqa: B018 - per tokenizer, not per grammar
     shutil.rmtree(cache_root() / "structured", ignore_errors=True)
     compile._memory.clear()
     start = time.perf_counter()

@@ -1,9 +1,11 @@
 """``compile_constraint``: once per (constraint, vocabulary), in memory and on disk.
 
 Disk cache (under ``specdec.model.loader.cache_root() / "structured"``): the LALR
-tables and terminal DFAs of a grammar (keyed by the grammar text) and the
-outlines-core index of a regex (keyed by regex and vocabulary fingerprint). Entries are
-written atomically; an unreadable entry is rebuilt.
+tables and terminal DFAs of a grammar (keyed by the grammar text), its compile-time
+vocabulary walks (keyed by the terminal DFAs and vocabulary fingerprint, see
+:mod:`specdec.structured.cfg.prewalk`) and the outlines-core index of a regex (keyed by
+regex and vocabulary fingerprint). Entries are written atomically; an unreadable entry
+is rebuilt.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
+from specdec.structured.cfg.prewalk import terminals_fingerprint
 from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
@@ -82,7 +85,15 @@ def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
 
 def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool):
     if spec.kind == "grammar":
-        compiled = CompiledGrammar(grammar_tables(spec.source, use_disk_cache), vocab)
+        tables = grammar_tables(spec.source, use_disk_cache)
+        path = _cache_path(f"{terminals_fingerprint(tables.terminals)}-{vocab.fingerprint}",
+                           "walks")
+        walks = _load(path) if use_disk_cache else None
+        compiled = CompiledGrammar(tables, vocab, walks)
+        if walks is None:
+            walks = compiled.prewalk()
+            if use_disk_cache:
+                _store(path, walks)
         compiled.mask_for(compiled.initial_state)  # warm the first step
         return compiled
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")

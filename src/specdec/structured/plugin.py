@@ -67,7 +67,7 @@ class StructuredOutputPlugin:
     def specdec_engine_started(self, context) -> None:
         self.vocab = token_vocabulary(context.tokenizer, context.vocab_size,
                                       frozenset(context.eos_token_ids))
-        self.vocab.byte_matrix  # noqa: B018 - build once now, not on the first request
+        self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
         spec = context.config.speculative or {}
         self.max_forced_drafts = MAX_FORCED_DRAFTS if spec else 0
         self.tokenizer = context.tokenizer

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
+from specdec.structured.byte_trie import ByteTrie, build_byte_trie
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
@@ -62,23 +62,9 @@ class TokenVocabulary:
         return self._fingerprint
 
     @cached_property
-    def byte_matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Tokens sorted by byte length, longest first, for vectorised walks.
-
-        Returns ``(ids, lengths, bytes)``: ``bytes[j, k]`` is byte ``k`` of token
-        ``ids[j]`` (zero padded). Only tokens with bytes are included, so at byte
-        position ``k`` the tokens still running are exactly the first
-        ``(lengths > k).sum()`` rows.
-        """
-        ids = [i for i, b in enumerate(self.token_bytes) if b]
-        ids.sort(key=lambda i: -len(self.token_bytes[i]))
-        lengths = np.array([len(self.token_bytes[i]) for i in ids], dtype=np.int32)
-        width = int(lengths.max()) if ids else 0
-        matrix = np.zeros((len(ids), width), dtype=np.uint8)
-        for row, i in enumerate(ids):
-            b = self.token_bytes[i]
-            matrix[row, : len(b)] = np.frombuffer(b, dtype=np.uint8)
-        return np.array(ids, dtype=np.int64), lengths, matrix
+    def byte_trie(self) -> ByteTrie:
+        """The tokens' bytes as a trie (see :mod:`specdec.structured.byte_trie`)."""
+        return build_byte_trie(self.token_bytes, self.vocab_size)
 
     def bytes_to_ids(self) -> dict[bytes, list[int]]:
         """Bytes -> every token id with those bytes (the shape outlines-core wants)."""

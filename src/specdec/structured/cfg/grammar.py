@@ -22,7 +22,8 @@ from specdec.structured.bitmask import pack_bool_mask
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.lalr import LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
-from specdec.structured.cfg.token_walk import WalkResult, walk
+from specdec.structured.cfg.prewalk import prewalk
+from specdec.structured.cfg.token_walk import WalkResult, walk, walk_from_root
 from specdec.structured.errors import ConstraintError
 from specdec.structured.matcher import StateStackMatcher
 from specdec.structured.vocabulary import TokenVocabulary
@@ -68,25 +69,30 @@ class GrammarTables:
 class CompiledGrammar:
     """Grammar tables + a vocabulary + the caches of walks and masks (thread-safe)."""
 
-    def __init__(self, tables: GrammarTables, vocab: TokenVocabulary):
+    def __init__(self, tables: GrammarTables, vocab: TokenVocabulary,
+                 walks: dict[tuple, WalkResult] | None = None):
         self.tables = tables
         self.vocab = vocab
         self.lalr = tables.lalr
         self._tset_ids: dict[frozenset[int], int] = {}
         self._lexers: list[LexerDFA] = []
         self._stack_tset: dict[Stack, int] = {}
-        self._walks: dict[tuple, WalkResult] = {}
+        self._walks: dict[tuple, WalkResult] = dict(walks or {})
         self._masks: dict[State, np.ndarray] = {}
         self._lock = threading.RLock()
-        ids, lengths, matrix = vocab.byte_matrix
-        self._rows = (ids, lengths, matrix)
-        self._all_rows = np.arange(ids.shape[0])
+        self._trie = vocab.byte_trie
         self._eos = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.initial_state: State = (self.lalr.start_stack,
                                      self.tset_for(self.lalr.start_stack), 0)
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
+
+    def prewalk(self) -> dict[tuple, WalkResult]:
+        """Do the compile-time walks of :mod:`.prewalk`; returns them (for the disk cache)."""
+        walks = prewalk(self.tables.terminals, self._lexers[self.initial_state[1]], self._trie)
+        self._walks.update(walks)
+        return walks
 
     # ------------------------------------------------------------ lexer contexts
 
@@ -148,11 +154,13 @@ class CompiledGrammar:
         mask = self._masks.get(state)
         if mask is not None:
             return mask
-        allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
-        if state[2] != FINISHED:
+        if state[2] == FINISHED:
+            allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
+        else:
             stack, tset, q = state
-            zeros = np.zeros(self._all_rows.shape[0], dtype=np.int32)
-            self._collect(stack, tset, q, (tset, q), self._all_rows, zeros, allowed)
+            nodes = np.zeros(self._trie.num_nodes, dtype=bool)
+            self._collect(stack, tset, q, (self._lexers[tset].live[q],), None, nodes)
+            allowed = self._trie.token_mask(nodes)
             if self.is_accepting(state):
                 allowed[self._eos] = True
         mask = pack_bool_mask(allowed)
@@ -162,15 +170,23 @@ class CompiledGrammar:
         self._masks[state] = mask
         return mask
 
-    def _collect(self, stack: Stack, tset: int, q: int, key: tuple, rows: np.ndarray,
-                 offsets: np.ndarray, allowed: np.ndarray) -> None:
+    def _collect(self, stack: Stack, tset: int, q: int, key: tuple, start: np.ndarray | None,
+                 allowed: np.ndarray) -> None:
+        """Mark in ``allowed`` (trie nodes) the tokens that the state accepts.
+
+        ``start``: the trie nodes whose bytes begin the lexeme (None: the whole vocabulary).
+        ``key``: the walk's cache key, (live pairs of the first lexer state,) then one
+        (terminal, next lexer context) per boundary crossed.
+        """
         result = self._walks.get(key)
         if result is None:
-            ids, lengths, matrix = self._rows
-            result = walk(self._lexers[tset], q, rows, offsets, lengths, matrix, ids)
+            if start is None:
+                result = walk_from_root(self._lexers[tset], q, self._trie)
+            else:
+                result = walk(self._lexers[tset], q, start, self._trie)
             self._walks[key] = result
         allowed[result.inside] = True
-        for terminal, (sub_rows, sub_offsets) in result.boundaries.items():
+        for terminal, sub_start in result.boundaries.items():
             if terminal in self.tables.ignore:
                 next_stack = stack
             else:
@@ -178,8 +194,8 @@ class CompiledGrammar:
                 if next_stack is None:
                     continue
             next_tset = self.tset_for(next_stack)
-            self._collect(next_stack, next_tset, 0, key + (terminal, next_tset),
-                          sub_rows, sub_offsets, allowed)
+            self._collect(next_stack, next_tset, 0, key + (terminal, next_tset), sub_start,
+                          allowed)
 
 
 class GrammarMatcher(StateStackMatcher):

@@ -38,6 +38,9 @@ class LexerDFA:
 
     table: np.ndarray  # int32 [num_states, 256], DEAD when the lexeme cannot grow by that byte
     winner: np.ndarray  # int32 [num_states]: terminal index the lexeme closes as, -1 if none
+    # per state: the (terminal index, terminal DFA state) pairs still alive. States of
+    # different lexers with the same pairs lex every continuation the same way.
+    live: list[tuple[tuple[int, int], ...]]
 
     @property
     def num_states(self) -> int:
@@ -85,4 +88,5 @@ def build_lexer_dfa(terminals: list[Terminal], members: frozenset[int]) -> Lexer
                 seen[raw] = target
             row[b] = target
         rows.append(row)
-    return LexerDFA(np.stack(rows), np.array(winners, dtype=np.int32))
+    live = [tuple((order[j], s) for j, s in enumerate(key) if s != DEAD) for key in keys]
+    return LexerDFA(np.stack(rows), np.array(winners, dtype=np.int32), live)

@@ -1,14 +1,20 @@
 """Push the whole vocabulary through a lexer DFA at once (numpy, no per-token Python).
 
-Starting from lexer state ``q`` (a partial lexeme), every token's bytes are fed in
-lock-step. Each token ends one of three ways:
+The vocabulary is walked as a trie (:mod:`specdec.structured.byte_trie`): a prefix
+shared by many tokens is fed once, and a subtree is dropped at the first byte the
+lexer rejects. Starting from lexer state ``q`` (a partial lexeme), every token ends
+one of three ways:
 
 * **inside**: all its bytes extend the lexeme; whether it is allowed depends on the
   lexer state only, never on the parser stack;
-* **boundary**: at byte ``k`` the lexeme cannot grow, its state has a winning terminal
-  ``T``, so the lexeme closes as ``T`` and bytes ``k:`` start a new lexeme; only here
+* **boundary**: at some byte the lexeme cannot grow, its state has a winning terminal
+  ``T``, so the lexeme closes as ``T`` and that byte starts a new lexeme; only here
   is the parser consulted (once per ``T``, for all such tokens together);
 * **dead**: a byte the lexeme cannot take, in a state that is no complete terminal.
+
+A boundary is recorded as the trie node of the byte that starts the new lexeme: the
+tokens below that node are exactly the ones continuing there, and walking on from
+that node (in the next lexer context) covers them all at once.
 
 A walk's result does not depend on the parser stack, so it is cached per lexer state
 (and per path of boundaries) and reused by every stack that reaches it.
@@ -20,50 +26,58 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec.structured.byte_trie import ROOT, ByteTrie
 from specdec.structured.cfg.lexer import LexerDFA
 
 
 @dataclass
 class WalkResult:
-    inside: np.ndarray  # int64 token ids that end inside the lexeme
-    boundaries: dict[int, tuple[np.ndarray, np.ndarray]]  # terminal -> (rows, byte offsets)
+    inside: np.ndarray  # intp trie nodes of tokens that end inside the lexeme
+    boundaries: dict[int, np.ndarray]  # terminal -> intp trie nodes starting the next lexeme
+
+    def __getstate__(self) -> tuple:  # pickled for the compile cache at half the size
+        return (self.inside.astype(np.int32),
+                {t: nodes.astype(np.int32) for t, nodes in self.boundaries.items()})
+
+    def __setstate__(self, state: tuple) -> None:
+        inside, boundaries = state
+        self.inside = inside.astype(np.intp)
+        self.boundaries = {t: nodes.astype(np.intp) for t, nodes in boundaries.items()}
 
 
-def walk(dfa: LexerDFA, start_state: int, rows: np.ndarray, offsets: np.ndarray,
-         lengths: np.ndarray, matrix: np.ndarray, token_ids: np.ndarray) -> WalkResult:
-    """Walk vocabulary rows ``rows`` (into ``matrix``) from byte ``offsets`` and ``start_state``.
-
-    ``matrix[r]`` holds row ``r``'s bytes, ``lengths[r]`` their number and
-    ``token_ids[r]`` its token id (see ``TokenVocabulary.byte_matrix``).
-    """
-    state = np.full(rows.shape[0], start_state, dtype=np.int32)
-    off = offsets.astype(np.int32, copy=True)
+def walk(dfa: LexerDFA, start_state: int, nodes: np.ndarray, trie: ByteTrie) -> WalkResult:
+    """Feed the byte of each trie node in ``nodes`` from ``start_state``, then their subtrees."""
+    table = dfa.table.astype(np.intp).ravel()  # flat: [state * 256 + byte]
+    winner = dfa.winner
     inside: list[np.ndarray] = []
-    ends: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
-    table, winner = dfa.table, dfa.winner
-    while rows.size:
-        done = off >= lengths[rows]
-        if done.any():
-            inside.append(token_ids[rows[done]])
-            keep = ~done
-            rows, off, state = rows[keep], off[keep], state[keep]
-            if not rows.size:
-                break
-        nxt = table[state, matrix[rows, off]]
+    ends: dict[int, list[np.ndarray]] = {}
+    rows = np.full(nodes.shape[0], start_state * 256, dtype=np.intp)  # state before node * 256
+    while nodes.size:
+        nxt = table[rows + trie.byte[nodes]]
         stuck = nxt < 0
         if stuck.any():
-            closing = winner[state[stuck]]
-            s_rows, s_off = rows[stuck], off[stuck]
-            for terminal in np.unique(closing[closing >= 0]).tolist():
-                sel = closing == terminal
-                ends.setdefault(terminal, []).append((s_rows[sel], s_off[sel]))
+            closing = winner[rows[stuck] // 256]
+            for terminal, group in _by_terminal(closing, nodes[stuck]):
+                ends.setdefault(terminal, []).append(group)
             keep = ~stuck
-            rows, off, nxt = rows[keep], off[keep], nxt[keep]
-        state = nxt
-        off += 1
-    boundaries = {
-        t: (np.concatenate([r for r, _ in parts]), np.concatenate([o for _, o in parts]))
-        for t, parts in ends.items()
-    }
-    empty = np.zeros(0, dtype=np.int64)
-    return WalkResult(np.concatenate(inside) if inside else empty, boundaries)
+            nodes, nxt = nodes[keep], nxt[keep]
+        inside.append(nodes[trie.is_token[nodes]])
+        nodes, parent_index = trie.children(nodes)
+        rows = nxt[parent_index] * 256
+    boundaries = {t: np.concatenate(parts) for t, parts in ends.items()}
+    return WalkResult(np.concatenate(inside), boundaries)
+
+
+def walk_from_root(dfa: LexerDFA, start_state: int, trie: ByteTrie) -> WalkResult:
+    """:func:`walk` over every token of the vocabulary."""
+    first = trie.child_start[ROOT]
+    top = np.arange(first, first + trie.num_children[ROOT])
+    return walk(dfa, start_state, top, trie)
+
+
+def _by_terminal(closing: np.ndarray, nodes: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Group ``nodes`` by the terminal their lexeme closes as (-1: dead, dropped)."""
+    low, high = int(closing.min()), int(closing.max())
+    if low == high:
+        return [(low, nodes)] if low >= 0 else []
+    return [(t, nodes[closing == t]) for t in np.unique(closing[closing >= 0]).tolist()]

@@ -1,0 +1,46 @@
+"""The vocabulary trie must hold every token's bytes exactly, children contiguous."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specdec.structured.byte_trie import ROOT, ByteTrie, build_byte_trie
+from specdec.structured.vocabulary import token_vocabulary
+
+
+def _spell(trie: ByteTrie, node: int, parent: np.ndarray) -> bytes:
+    out = []
+    while node != ROOT:
+        out.append(int(trie.byte[node]))
+        node = int(parent[node])
+    return bytes(reversed(out))
+
+
+def _parents(trie: ByteTrie) -> np.ndarray:
+    parent = np.full(trie.num_nodes, -1)
+    for p in range(trie.num_nodes):
+        start = trie.child_start[p]
+        parent[start:start + trie.num_children[p]] = p
+    return parent
+
+
+def test_small_trie_layout():
+    tokens = [b"ab", None, b"a", b"b", b"ab", b"a\x00"]
+    trie = build_byte_trie(tokens, vocab_size=8)
+    parent = _parents(trie)
+    assert trie.num_nodes == 5  # root, "a", "b", "a\0", "ab"
+    assert [_spell(trie, int(n), parent) for n in trie.token_node[:6]] == [
+        b"ab", b"", b"a", b"b", b"ab", b"a\x00"]
+    assert trie.token_node[1] == ROOT and trie.token_node[6] == ROOT
+    assert not trie.is_token[ROOT] and trie.is_token[1:].all()
+    children, parent_index = trie.children(np.array([ROOT, trie.token_node[2]]))
+    assert [_spell(trie, int(c), parent) for c in children] == [b"a", b"b", b"a\x00", b"ab"]
+    assert parent_index.tolist() == [0, 0, 1, 1]
+
+
+def test_every_token_is_spelled_by_its_node(tokenizer):
+    vocab = token_vocabulary(tokenizer, 49152, frozenset([2]))
+    trie = vocab.byte_trie
+    parent = _parents(trie)
+    for i in range(0, len(vocab.token_bytes), 7):
+        assert _spell(trie, int(trie.token_node[i]), parent) == (vocab.token_bytes[i] or b"")
