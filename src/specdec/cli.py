@@ -18,6 +18,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument("--speculative-method", choices=["ngram", "draft"], default=None)
     parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--prompt-lookup-min", type=int, default=2, help="n-gram: shortest match")
+    parser.add_argument("--prompt-lookup-max", type=int, default=5, help="n-gram: longest match")
     parser.add_argument("--draft-model", default=None, help="draft model path (default: an "
                         "int8 weight-only copy of the target)")
     parser.add_argument("--draft-quantization", choices=["int8", "int4", "none"], default="int8")
@@ -41,6 +43,9 @@ def speculative_options(args: argparse.Namespace) -> dict | None:
                "num_speculative_tokens": args.num_speculative_tokens}
     if args.speculative_method == "draft":
         options.update(model=args.draft_model, draft_quantization=args.draft_quantization)
+    else:
+        options.update(prompt_lookup_min=args.prompt_lookup_min,
+                       prompt_lookup_max=args.prompt_lookup_max)
     return options
 
 
