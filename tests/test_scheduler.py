@@ -74,3 +74,18 @@ def test_drafts_scheduled_as_tokens_and_trimmed_to_budget():
     (s,) = out.scheduled
     assert s.num_tokens == 3 and s.num_draft_tokens == 2 and req.draft_token_ids == [5, 6]
     assert s.samples
+
+
+def test_trim_frees_blocks_of_rejected_drafts():
+    sched = make_scheduler(16, block_size=4, max_num_batched_tokens=64)
+    req = make_request(6, max_tokens=20)
+    sched.add(req)
+    fake_step(sched)  # 6 computed + 1 output: 7 tokens, 2 blocks
+    req.draft_token_ids = [1, 2, 3, 4, 5, 6]
+    sched.schedule()  # 7 + 6 drafts = 13 tokens -> 4 blocks
+    assert len(sched.kv.block_ids(req.request_id)) == 4
+    req.num_computed_tokens = 8  # one draft accepted, the rest rejected
+    req.clear_drafts()
+    sched.kv.trim(req, 9)
+    assert len(sched.kv.block_ids(req.request_id)) == 3
+    assert sched.kv.num_free_blocks == 13

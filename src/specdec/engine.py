@@ -220,7 +220,9 @@ class LLMEngine:
                 if row.draft_token is None or tok != row.draft_token:
                     break
             num_drafts = len(req.draft_token_ids)
-            req.num_computed_tokens -= num_drafts - (len(accepted) - 1)
+            if num_drafts:
+                req.num_computed_tokens -= num_drafts - (len(accepted) - 1)
+                self.kv.trim(req, req.num_computed_tokens + 1)  # drop rejected drafts' KV
             req.clear_drafts()
             self._append_tokens(req, accepted, now)
             updated[req.request_id] = req

@@ -87,6 +87,18 @@ class KVCacheManager:
         if self.prefix_cache is not None:
             self.prefix_cache.forget_request(request)
 
+    def trim(self, request: Request, num_tokens: int) -> None:
+        """Free the request's blocks past those needed for ``num_tokens`` tokens (the
+        KV of rejected draft tokens). Such blocks hold only unverified positions, so
+        no prefix cache ever registered them."""
+        blocks = self.req_blocks.get(request.request_id)
+        if blocks is None:
+            return
+        keep = cdiv(num_tokens, self.block_size)
+        if len(blocks) > keep:
+            self.pool.free(reversed(blocks[keep:]))
+            del blocks[keep:]
+
     def block_ids(self, request_id: str) -> list[int]:
         return [b.block_id for b in self.req_blocks.get(request_id, [])]
 
