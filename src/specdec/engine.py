@@ -79,6 +79,7 @@ class LLMEngine:
         self.vocab_size = self.model_config.vocab_size
         self.requests: dict[str, Request] = {}
         self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._deltas: dict[str, tuple[str, list[int]]] = {}  # output not yet reported
         self._ids = itertools.count()
         self.counters = {"steps": 0, "prompt_tokens": 0, "generation_tokens": 0,
                          "requests_finished": 0, "forward_tokens": 0}
@@ -248,8 +249,7 @@ class LLMEngine:
         req.last_token_time = now
         self.counters["generation_tokens"] += len(kept)
         detok = self._detok[req.request_id]
-        req.plugin_data["_delta_text"] = detok.add_tokens(kept)
-        req.plugin_data["_delta_tokens"] = kept
+        self._deltas[req.request_id] = (detok.add_tokens(kept), kept)
         if detok.stopped_by is not None:
             reason = "stop"
         req.is_finished_pending = reason is not None
@@ -320,7 +320,8 @@ class LLMEngine:
         detok = self._detok[req.request_id]
         if reason != "abort":
             tail = detok.flush()
-            req.plugin_data["_delta_text"] = req.plugin_data.get("_delta_text", "") + tail
+            text, tokens = self._deltas.get(req.request_id, ("", []))
+            self._deltas[req.request_id] = (text + tail, tokens)
         self.counters["requests_finished"] += 1
         self._notify_finished(req, reason)
 
@@ -335,6 +336,7 @@ class LLMEngine:
 
     def _output(self, req: Request) -> RequestOutput:
         detok = self._detok[req.request_id]
+        delta_text, delta_tokens = self._deltas.pop(req.request_id, ("", []))
         out = RequestOutput(
             request_id=req.request_id,
             prompt=req.prompt,
@@ -351,8 +353,8 @@ class LLMEngine:
                 num_generated_tokens=len(req.output_token_ids),
                 num_cached_tokens=req.num_cached_prompt_tokens,
             ),
-            delta_text=req.plugin_data.pop("_delta_text", ""),
-            delta_token_ids=req.plugin_data.pop("_delta_tokens", []),
+            delta_text=delta_text,
+            delta_token_ids=delta_tokens,
         )
         if req.is_finished:
             self.requests.pop(req.request_id, None)
