@@ -65,10 +65,6 @@ class Request:
     def num_tokens_with_drafts(self) -> int:
         return self.num_tokens + len(self.draft_token_ids)
 
-    @property
-    def is_prefill_done(self) -> bool:
-        return self.num_computed_tokens >= self.num_tokens - 1
-
     def tokens_slice(self, start: int, end: int) -> list[int]:
         """Tokens ``[start, end)`` of prompt + output + drafts."""
         n_prompt = len(self.prompt_token_ids)
