@@ -22,7 +22,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-lookup-max", type=int, default=5, help="n-gram: longest match")
     parser.add_argument("--draft-model", default=None, help="draft model path (default: an "
                         "int8 weight-only copy of the target)")
-    parser.add_argument("--draft-quantization", choices=["int8", "int4", "none"], default="int8")
+    parser.add_argument("--draft-quantization", choices=["int8", "none"], default="int8")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:

@@ -91,6 +91,7 @@ class LLMEngine:
             model_config=self.model_config,
             kv_cache_manager=self.kv,
             dtype=self.dtype,
+            model_registry=self.registry,
         )
         self.pm.hook.specdec_engine_started(context=self.context)
         self.request_options = frozenset(

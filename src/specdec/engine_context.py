@@ -15,3 +15,4 @@ class EngineContext:
     model_config: Any  # the HF config of the target model
     kv_cache_manager: Any  # specdec.core.kv_cache_manager.KVCacheManager
     dtype: Any = None  # torch dtype of the target model
+    model_registry: Any = None  # specdec.model.registry.ModelRegistry, plugin models included

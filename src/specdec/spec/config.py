@@ -15,7 +15,7 @@ class SpeculativeConfig:
     prompt_lookup_min: int = 2  # n-gram: shortest suffix that may match
     prompt_lookup_max: int = 5  # n-gram: longest suffix tried first
     model: str | None = None  # draft model path; None / "default": quantized copy of the target
-    draft_quantization: str = "int8"  # "int8" | "int4" | "none": weight-only quantization
+    draft_quantization: str = "int8"  # "int8" | "none": weight-only quantization of the draft
     # Policy: speculate only while the step stays latency-bound, i.e. while
     # (decoding requests) * (k + 1) <= max_speculative_tokens; larger batches are
     # compute-bound and extra verified tokens would cost throughput.
@@ -28,8 +28,10 @@ class SpeculativeConfig:
             raise ValueError("num_speculative_tokens must be in [1, 16]")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
-        if self.draft_quantization not in ("int8", "int4", "none"):
-            raise ValueError("draft_quantization must be 'int8', 'int4' or 'none'")
+        if self.draft_quantization not in ("int8", "none"):
+            raise ValueError(
+                f"draft_quantization must be 'int8' or 'none', got {self.draft_quantization!r}"
+            )
         if self.max_speculative_tokens < 0:
             raise ValueError("max_speculative_tokens must be >= 0")
 

@@ -25,7 +25,6 @@ from specdec.core.request import Request
 from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config
-from specdec.model.registry import ModelRegistry, register_builtin_models
 from specdec.sample.sampler import processed_probs
 from specdec.spec.config import SpeculativeConfig
 from specdec.spec.quantize import quantize_int8
@@ -43,14 +42,10 @@ class DraftModelProposer:
                 f"draft model vocab size {draft_config.vocab_size} differs from the target's "
                 f"{context.vocab_size}: the draft must share the target's tokenizer"
             )
-        registry = ModelRegistry()
-        register_builtin_models(registry)
         dtype = context.dtype
-        model = build_model(model_dir, draft_config, registry, dtype)
+        model = build_model(model_dir, draft_config, context.model_registry, dtype)
         if config.draft_quantization == "int8":
             model = quantize_int8(model)
-        elif config.draft_quantization == "int4":
-            raise ValueError("int4 draft quantization is not available; use int8 or none")
         self.model = model
         num_blocks = context.kv_cache_manager.num_blocks
         self.kv = KVCacheManager(num_blocks, engine_cfg.block_size)
@@ -81,24 +76,20 @@ class DraftModelProposer:
             logits, rows = self.runner.execute(SchedulerOutput(scheduled))
             for s in scheduled:
                 s.request.num_computed_tokens += s.num_tokens
-            by_shadow = {id(row.request): i for i, row in enumerate(rows)}
-            kept = []
+            row_of = {id(row.request): i for i, row in enumerate(rows)}
             for req, shadow in running:
-                i = by_shadow.get(id(shadow))
-                if i is None:
+                if id(shadow) not in row_of:
                     continue
-                token, q = self._draw(logits[i], req)
+                token, q = self._draw(logits[row_of[id(shadow)]], req)
                 shadow.output_token_ids.append(token)
                 drafts[req.request_id].append(token)
-                if q is not None:
+                if q is not None:  # sampled requests: one q per draft
                     probs[req.request_id].append(q)
-                kept.append((req, shadow))
-            active = [(r, s, k) for r, s, k in active if (r, s) in kept]
+            active = [(r, s, k) for r, s, k in active if id(s) in row_of]
         for req, _k in wanted:
             req.draft_token_ids = drafts[req.request_id]
             qs = probs[req.request_id]
-            req.draft_probs = torch.stack(qs) if qs and len(qs) == len(drafts[req.request_id]) \
-                else None
+            req.draft_probs = torch.stack(qs) if qs else None
 
     def _draw(self, logits: torch.Tensor, req: Request) -> tuple[int, torch.Tensor | None]:
         params = req.sampling_params
@@ -131,4 +122,3 @@ class DraftModelProposer:
         shadow = self._shadows.pop(request.request_id, None)
         if shadow is not None:
             self.kv.free(shadow)
-
