@@ -14,10 +14,9 @@ def load_hf_model(model_dir, dtype: torch.dtype):
 
 
 def hf_generate(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_ids, pad_id: int,
-                batch_size: int) -> tuple[float, list[list[int]], float]:
-    """Greedy, left-padded batches. Returns (seconds, generated ids per prompt, ttft of batch 1)."""
+                batch_size: int) -> tuple[float, list[list[int]]]:
+    """Greedy, left-padded batches. Returns (seconds, generated ids per prompt up to EOS)."""
     outputs: list[list[int]] = []
-    first_ttft = float("nan")
     start = time.perf_counter()
     for b in range(0, len(prompt_ids), batch_size):
         batch = prompt_ids[b : b + batch_size]
@@ -39,4 +38,4 @@ def hf_generate(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_ids
                 if t in eos_ids:
                     break
             outputs.append(gen)
-    return time.perf_counter() - start, outputs, first_ttft
+    return time.perf_counter() - start, outputs

@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> dict:
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         eos = set(llm.engine.eos_token_ids)
         hf_generate(model, prompts[:2], 4, eos, pad, 2)  # warm-up
-        hf_time, hf_outs, _ = hf_generate(model, prompts, args.max_tokens, eos, pad,
+        hf_time, hf_outs = hf_generate(model, prompts, args.max_tokens, eos, pad,
                                           args.hf_batch_size)
         hf_tokens = sum(len(o) for o in hf_outs)
         same = sum(a.token_ids == b for a, b in zip(outs, hf_outs, strict=True))
