@@ -68,8 +68,9 @@ class StructuredOutputPlugin:
         self.vocab = token_vocabulary(context.tokenizer, context.vocab_size,
                                       frozenset(context.eos_token_ids))
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
-        spec = context.config.speculative or {}
-        self.max_forced_drafts = MAX_FORCED_DRAFTS if spec else 0
+        if not context.config.speculative:
+            return  # forced-text drafts only exist under speculation
+        self.max_forced_drafts = MAX_FORCED_DRAFTS
         self.tokenizer = context.tokenizer
         token_bytes = self.vocab.token_bytes
         self._first_byte = np.array(  # -1: a token with no bytes (EOS, specials)
