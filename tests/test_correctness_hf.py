@@ -49,8 +49,10 @@ def tiny_family(request, tmp_path_factory, tokenizer):
         {"long_prefill_token_threshold": 5},
         {"num_kv_blocks": 16, "block_size": 4},  # preemption forced
         {"max_num_seqs": 1},
+        {"fused_kernels": False},  # the eager PyTorch path
+        {"fused_kernels": False, "max_num_batched_tokens": 7},
     ],
-    ids=["batched", "chunked", "threshold", "preempt", "serial"],
+    ids=["batched", "chunked", "threshold", "preempt", "serial", "eager", "eager-chunked"],
 )
 def test_tiny_models_match_hf(tiny_family, engine_kwargs):
     path, refs = tiny_family

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from specdec import kernels
 from specdec.config import EngineConfig
 from specdec.core.kv_cache_manager import KVCacheManager
 from specdec.core.model_runner import ModelRunner
@@ -73,7 +74,10 @@ class LLMEngine:
             ),
             self.kv,
         )
-        self.runner = ModelRunner(self.model, num_blocks, config.block_size, self.dtype)
+        self.kernels = kernels.load() if config.fused_kernels else None
+        self.runner = ModelRunner(
+            self.model, num_blocks, config.block_size, self.dtype, self.kernels
+        )
         self.sampler = Sampler(config.seed)
         self.eos_token_ids = _eos_token_ids(model_dir, self.model_config, self.tokenizer)
         self.vocab_size = self.model_config.vocab_size

@@ -10,18 +10,26 @@ from __future__ import annotations
 import torch
 
 from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
-from specdec.model.attention import AttentionMetadata, FreshPrefill, PaddedGroup
+from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup, PaddedGroup
 from specdec.sample.logits_rows import LogitsRow
 
 SHORT_QUERY = 32  # queries up to this long share one padded attention call
 
 
 class ModelRunner:
-    def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype):
+    def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype,
+                 kernels=None):
         self.model = model
         self.block_size = block_size
         self.dtype = dtype
         self.sliding_window = getattr(model.config, "sliding_window", None) or None
+        fusable = (
+            kernels is not None
+            and getattr(model, "supports_fused_kernels", False)
+            and dtype in (torch.float32, torch.bfloat16)
+            and kernels.supports_head_dim(model.head_dim)
+        )
+        self.kernels = kernels if fusable else None  # specdec.kernels module, or eager
         shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
 
@@ -54,6 +62,9 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long),
             groups=self._attention_groups(order),
+            kernels=self.kernels,
+            block_size=bs,
+            sliding_window=self.sliding_window or 0,
         )
         hidden = self.model(
             torch.tensor(input_ids, dtype=torch.long),
@@ -106,6 +117,10 @@ class ModelRunner:
                 groups.append(FreshPrefill(member[0], member[0] + s.num_tokens))
             else:
                 groups.append(self._padded_group([member]))
+        if self.kernels is not None:
+            if singles or short:
+                groups.append(self._kernel_group(singles + short))
+            return groups
         for members in (singles, short):
             if len(members) == 1 and members[0][1].start == 0:
                 off, s = members[0]
@@ -113,6 +128,22 @@ class ModelRunner:
             elif members:
                 groups.append(self._padded_group(members))
         return groups
+
+    def _kernel_group(self, members: list[tuple[int, ScheduledRequest]]) -> KernelGroup:
+        bs = self.block_size
+        context = [s.start + s.num_tokens for _, s in members]
+        needed = [-(-c // bs) for c in context]
+        width = max(needed)
+        tables = [
+            s.block_ids[:n] + [0] * (width - n)
+            for (_, s), n in zip(members, needed, strict=True)
+        ]
+        return KernelGroup(
+            block_tables=torch.tensor(tables, dtype=torch.int32),
+            query_start=torch.tensor([off for off, _ in members], dtype=torch.int32),
+            query_len=torch.tensor([s.num_tokens for _, s in members], dtype=torch.int32),
+            context_len=torch.tensor(context, dtype=torch.int32),
+        )
 
     def _padded_group(self, members: list[tuple[int, ScheduledRequest]]) -> PaddedGroup:
         bs = self.block_size

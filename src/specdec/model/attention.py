@@ -12,12 +12,15 @@ Requests are split into attention groups (built once per step by the runner):
   no gather at all;
 * a *padded group* (decodes, speculative verification, chunked-prefill chunks):
   queries padded to ``[B, Q]``, context gathered to ``[B, C]`` with a boolean mask,
-  one SDPA call for the whole group.
+  one SDPA call for the whole group;
+* a *kernel group* (with the fused CPU kernels, for decodes and short queries): the
+  block tables go straight to ``specdec.kernels`` paged attention, no gather at all.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,9 +47,23 @@ class PaddedGroup:
 
 
 @dataclass
+class KernelGroup:
+    """Requests whose queries the fused paged-attention kernel reads through their
+    block tables (int32): request i's queries are rows ``query_start[i]`` onwards."""
+
+    block_tables: torch.Tensor  # [B, max_blocks]
+    query_start: torch.Tensor  # [B]
+    query_len: torch.Tensor  # [B]
+    context_len: torch.Tensor  # [B] cached tokens + this step's tokens
+
+
+@dataclass
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [num_tokens] cache slot each new token is written to
-    groups: list[FreshPrefill | PaddedGroup] = field(default_factory=list)
+    groups: list[FreshPrefill | PaddedGroup | KernelGroup] = field(default_factory=list)
+    kernels: Any = None  # the specdec.kernels module when the fused path runs
+    block_size: int = 16
+    sliding_window: int = 0  # 0: none
 
 
 def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
@@ -73,25 +90,55 @@ def paged_attention(
             out[g.start : g.end] = _causal(
                 q[g.start : g.end], k[g.start : g.end], v[g.start : g.end], scale, gqa
             )
-            continue
-        batch, ctx = g.kv_slots.shape
-        flat = g.kv_slots.view(-1)
-        keys = cache[0].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
-        values = cache[1].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
-        if g.uniform_single_query:
-            start = int(g.query_index[0, 0])
-            num = g.query_index.shape[0]
-            queries = q[start : start + num].unsqueeze(2)  # [B, Hq, 1, D]
-            res = F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=g.mask, scale=scale, enable_gqa=gqa
-            )
-            out[start : start + num] = res.squeeze(2)
-            continue
-        queries = q[g.query_index].transpose(1, 2)  # [B, Hq, Q, D]
+        else:
+            _padded_into(out, q, cache, g, scale, gqa)
+    return out
+
+
+def _padded_into(out, q, cache, g: PaddedGroup, scale: float, gqa: bool) -> None:
+    """Gather the group's context through its slots and run one masked SDPA call."""
+    batch, ctx = g.kv_slots.shape
+    flat = g.kv_slots.view(-1)
+    keys = cache[0].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
+    values = cache[1].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
+    if g.uniform_single_query:
+        start = int(g.query_index[0, 0])
+        num = g.query_index.shape[0]
+        queries = q[start : start + num].unsqueeze(2)  # [B, Hq, 1, D]
         res = F.scaled_dot_product_attention(
             queries, keys, values, attn_mask=g.mask, scale=scale, enable_gqa=gqa
-        ).transpose(1, 2)  # [B, Q, Hq, D]
-        out[g.query_index[g.query_valid]] = res[g.query_valid]
+        )
+        out[start : start + num] = res.squeeze(2)
+        return
+    queries = q[g.query_index].transpose(1, 2)  # [B, Hq, Q, D]
+    res = F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=g.mask, scale=scale, enable_gqa=gqa
+    ).transpose(1, 2)  # [B, Q, Hq, D]
+    out[g.query_index[g.query_valid]] = res[g.query_valid]
+
+
+def fused_paged_attention(
+    q: torch.Tensor,  # [T, Hq, D] rotated queries
+    cache: torch.Tensor,  # [2, num_slots, Hkv, D], this step's K/V already written
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:  # [T, Hq, D]
+    """Attention for the fused path: kernel groups read the cache in place; a fresh
+    prefill reads its own K/V back from its slots; long chunks use the padded path."""
+    gqa = q.shape[1] != cache.shape[2]
+    out = torch.empty_like(q)
+    for g in meta.groups:
+        if isinstance(g, KernelGroup):
+            meta.kernels.paged_attention(
+                out, q, cache, g.block_tables, g.query_start, g.query_len, g.context_len,
+                meta.block_size, scale, meta.sliding_window,
+            )
+        elif isinstance(g, FreshPrefill):
+            slots = meta.slot_mapping[g.start : g.end]
+            keys, values = cache[0].index_select(0, slots), cache[1].index_select(0, slots)
+            out[g.start : g.end] = _causal(q[g.start : g.end], keys, values, scale, gqa)
+        else:
+            _padded_into(out, q, cache, g, scale, gqa)
     return out
 
 

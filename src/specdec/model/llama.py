@@ -8,7 +8,10 @@ float32, RoPE tables in float32, SDPA attention) so greedy output matches
 Forward contract shared by every registered model:
 ``forward(input_ids [T], positions [T], kv_caches: list[[2, S, Hkv, D]], meta)``
 returns hidden states ``[T, hidden]``; ``compute_logits(hidden [N, hidden])``
-returns float32 logits ``[N, vocab]``.
+returns float32 logits ``[N, vocab]``. A model that sets ``supports_fused_kernels``
+also runs with ``meta.kernels`` set: the same layers through the fused CPU kernels
+(residual add + RMSNorm, RoPE + KV write, paged attention, SiLU * up), with the
+projections still on PyTorch matmuls.
 """
 
 from __future__ import annotations
@@ -17,7 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.model.attention import AttentionMetadata, paged_attention, write_kv
+from specdec.model.attention import (
+    AttentionMetadata,
+    fused_paged_attention,
+    paged_attention,
+    write_kv,
+)
 
 
 class RMSNorm(nn.Module):
@@ -127,8 +135,16 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+def _linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A projection without nn.Module call overhead (quantised modules keep theirs)."""
+    if type(module) is nn.Linear:
+        return F.linear(x, module.weight, module.bias)
+    return module(x)
+
+
 class LlamaForCausalLM(nn.Module):
     qkv_bias = False
+    supports_fused_kernels = True
 
     def __init__(self, config):
         super().__init__()
@@ -154,9 +170,29 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata):
         h = self.embed_tokens(input_ids)
         cos, sin = self.rotary(positions, h.dtype)
+        if meta.kernels is not None:
+            return self._forward_fused(h, cos, sin, kv_caches, meta)
         for layer, cache in zip(self.layers, kv_caches, strict=True):
             h = layer(h, cos, sin, cache, meta)
         return self.norm(h)
+
+    def _forward_fused(self, h, cos, sin, kv_caches, meta: AttentionMetadata):
+        """The layers of ``forward`` with the small ops fused: nine calls per layer.
+        ``h`` is the residual stream, updated in place; ``delta`` is what the next
+        norm adds to it first."""
+        k = meta.kernels
+        eps = self.config.rms_norm_eps
+        delta = None
+        for layer, cache in zip(self.layers, kv_caches, strict=True):
+            attn, mlp = layer.self_attn, layer.mlp
+            x = k.add_rms_norm(delta, h, layer.input_layernorm.weight, eps)
+            qkv = _linear(attn.qkv_proj, x)
+            q = k.rope_write_kv(qkv, cos, sin, cache, meta.slot_mapping, attn.num_heads)
+            out = fused_paged_attention(q, cache, meta, attn.scale)
+            delta = _linear(attn.o_proj, out.view(-1, attn.q_size))
+            x = k.add_rms_norm(delta, h, layer.post_attention_layernorm.weight, eps)
+            delta = _linear(mlp.down_proj, k.silu_mul(_linear(mlp.gate_up_proj, x)))
+        return k.add_rms_norm(delta, h, self.norm.weight, eps)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tie_word_embeddings:

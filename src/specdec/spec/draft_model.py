@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from specdec import kernels as cpu_kernels
 from specdec.core.kv_cache_manager import KVCacheManager
 from specdec.core.model_runner import ModelRunner
 from specdec.core.request import Request
@@ -49,7 +50,8 @@ class DraftModelProposer:
         self.model = model
         num_blocks = context.kv_cache_manager.num_blocks
         self.kv = KVCacheManager(num_blocks, engine_cfg.block_size)
-        self.runner = ModelRunner(model, num_blocks, engine_cfg.block_size, dtype)
+        kernels = cpu_kernels.load() if engine_cfg.fused_kernels else None
+        self.runner = ModelRunner(model, num_blocks, engine_cfg.block_size, dtype, kernels)
         self.generator = torch.Generator().manual_seed(engine_cfg.seed or 0)
         self._shadows: dict[str, Request] = {}
 

@@ -1,0 +1,79 @@
+"""Fused CPU kernels (``cpu_kernels.cpp``), compiled on first use.
+
+The extension is built once per (source, torch version, CPU) into the specdec cache
+directory with ``-O3 -march=native`` and reused afterwards (about a minute the first
+time). Where it cannot be built (no compiler, another platform) ``load()`` returns
+None and the model runs its eager PyTorch path; ``SPECDEC_KERNELS=0`` forces that.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get("SPECDEC_KERNELS", "1").lower() not in ("0", "false", "no", "off")
+
+
+@functools.cache
+def load() -> ModuleType | None:
+    """The compiled kernels module, or None where they are off or cannot be built."""
+    if not enabled_by_env():
+        return None
+    try:
+        return _build()
+    except Exception as exc:  # compiler missing, headers missing, unsupported platform
+        warnings.warn(
+            f"specdec: fused CPU kernels unavailable ({type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}); "
+            "running the eager PyTorch path",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+
+
+def _build() -> ModuleType:
+    from torch.utils import cpp_extension
+
+    from specdec.model.loader import cache_root
+
+    key = hashlib.blake2b(digest_size=8)
+    key.update(SOURCE.read_bytes())
+    key.update(f"{torch.__version__}|{platform.machine()}|{_cpu_flags()}".encode())
+    tag = key.hexdigest()
+    build_dir = cache_root() / "kernels" / tag
+    build_dir.mkdir(parents=True, exist_ok=True)
+    torch_lib = Path(torch.__file__).parent / "lib"
+    # Link the OpenMP runtime torch itself loaded, so at::parallel_for shares its pool.
+    gomp = ["-l:libgomp.so.1"] if (torch_lib / "libgomp.so.1").exists() else ["-lgomp"]
+    return cpp_extension.load(
+        name=f"specdec_cpu_kernels_{tag}",
+        sources=[str(SOURCE)],
+        build_directory=str(build_dir),
+        extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffp-contract=off",
+                      "-fno-math-errno"],
+        extra_ldflags=[f"-L{torch_lib}", *gomp],
+        verbose=False,
+    )
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

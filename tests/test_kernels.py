@@ -1,0 +1,144 @@
+"""The fused CPU kernels against the eager PyTorch formulation they replace."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec import kernels
+from specdec.model.llama import rotate_half
+
+K = kernels.load()
+pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [576, 64, 72])  # 72: a non-multiple-of-16 tail
+def test_add_rms_norm(dtype, hidden):
+    torch.manual_seed(0)
+    x = torch.randn(5, hidden, dtype=dtype)
+    residual = torch.randn(5, hidden, dtype=dtype)
+    weight = torch.randn(hidden, dtype=dtype)
+    expected_residual = residual + x
+    expected = F.rms_norm(expected_residual.float(), (hidden,), weight.float(), 1e-5)
+    out = K.add_rms_norm(x, residual, weight, 1e-5)
+    assert torch.equal(residual, expected_residual)  # the add rounds like an eager add
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+    plain = K.add_rms_norm(None, expected_residual.clone(), weight, 1e-5)  # first layer
+    assert torch.equal(plain, out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inter", [1536, 40])
+def test_silu_mul(dtype, inter):
+    torch.manual_seed(1)
+    gate_up = torch.randn(7, 2 * inter, dtype=dtype) * 4
+    expected = F.silu(gate_up[:, :inter].float()) * gate_up[:, inter:].float()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(K.silu_mul(gate_up).float(), expected, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 16, 40])
+def test_rope_write_kv_is_bit_exact(dtype, head_dim):
+    """Same roundings as ``qk * cos + rotate_half(qk) * sin`` in the model dtype."""
+    torch.manual_seed(2)
+    tokens, hq, hkv = 6, 9, 3
+    qkv = torch.randn(tokens, (hq + 2 * hkv) * head_dim, dtype=dtype)
+    cos = torch.randn(tokens, head_dim, dtype=dtype)
+    sin = torch.randn(tokens, head_dim, dtype=dtype)
+    cache = torch.zeros(2, 64, hkv, head_dim, dtype=dtype)
+    slots = torch.tensor([3, 9, 17, 40, 41, 63])
+    q = K.rope_write_kv(qkv, cos, sin, cache, slots, hq)
+    qk = qkv[:, : (hq + hkv) * head_dim].view(tokens, hq + hkv, head_dim)
+    qk = qk * cos.unsqueeze(1) + rotate_half(qk) * sin.unsqueeze(1)
+    assert torch.equal(q, qk[:, :hq])
+    assert torch.equal(cache[0, slots], qk[:, hq:])
+    assert torch.equal(cache[1, slots], qkv[:, (hq + hkv) * head_dim :].view(tokens, hkv, -1))
+    untouched = torch.ones(64, dtype=torch.bool)
+    untouched[slots] = False
+    assert not cache[:, untouched].any()
+
+
+def test_rope_write_kv_rejects_bad_slots():
+    qkv = torch.randn(2, 15 * 16)
+    cache = torch.zeros(2, 8, 3, 16)
+    with pytest.raises(RuntimeError, match="slot out of range"):
+        K.rope_write_kv(qkv, torch.ones(2, 16), torch.ones(2, 16), cache, torch.tensor([0, 8]), 9)
+
+
+def reference_attention(q, cache, tables, query_start, query_len, context_len, bs, window):
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    for b in range(len(tables)):
+        ctx, n, start = int(context_len[b]), int(query_len[b]), int(query_start[b])
+        pos = torch.arange(ctx)
+        slots = tables[b, pos // bs].long() * bs + pos % bs
+        keys = cache[0, slots].float().transpose(0, 1)
+        values = cache[1, slots].float().transpose(0, 1)
+        q_pos = torch.arange(ctx - n, ctx)
+        mask = pos[None] <= q_pos[:, None]
+        if window:
+            mask &= pos[None] > q_pos[:, None] - window
+        res = F.scaled_dot_product_attention(
+            q[start : start + n].float().transpose(0, 1), keys, values, attn_mask=mask,
+            scale=q.shape[-1] ** -0.5, enable_gqa=True,
+        )
+        out[start : start + n] = res.transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 16, 128])
+@pytest.mark.parametrize("window", [0, 9])
+def test_paged_attention(dtype, head_dim, window):
+    """Ragged queries (decode, verification, a chunk) through shuffled block tables."""
+    torch.manual_seed(3)
+    hq, hkv, bs, num_blocks = 9, 3, 16, 48
+    context = [37, 20, 70, 1, 16]
+    q_lens = [1, 4, 2, 1, 16]
+    starts = [0, 1, 5, 7, 8]
+    cache = torch.randn(2, num_blocks * bs, hkv, head_dim, dtype=dtype)
+    perm = torch.randperm(num_blocks)
+    tables = torch.zeros(len(context), 5, dtype=torch.int32)
+    used = 0
+    for b, ctx in enumerate(context):
+        n = -(-ctx // bs)
+        tables[b, :n] = perm[used : used + n].int()
+        used += n
+    q = torch.randn(sum(q_lens), hq, head_dim, dtype=dtype)
+    out = torch.full_like(q, float("nan"))
+    args = [torch.tensor(v, dtype=torch.int32) for v in (starts, q_lens, context)]
+    K.paged_attention(out, q, cache, tables, *args, bs, head_dim**-0.5, window)
+    expected = reference_attention(q, cache, tables, *args, bs, window)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+
+
+def test_paged_attention_rejects_bad_tables():
+    cache = torch.zeros(2, 32, 1, 16)
+    q = torch.zeros(1, 1, 16)
+    lens = torch.tensor([1], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="block id out of range"):
+        K.paged_attention(torch.empty_like(q), q, cache, torch.tensor([[5]], dtype=torch.int32),
+                          torch.tensor([0], dtype=torch.int32), lens, lens, 16, 0.25, 0)
+    with pytest.raises(RuntimeError, match="longer than the block table"):
+        K.paged_attention(torch.empty_like(q), q, cache, torch.tensor([[0]], dtype=torch.int32),
+                          torch.tensor([0], dtype=torch.int32), lens,
+                          torch.tensor([17], dtype=torch.int32), 16, 0.25, 0)
+
+
+def test_disabled_by_environment(monkeypatch, tiny_model_dir):
+    from specdec import LLM
+
+    monkeypatch.setenv("SPECDEC_KERNELS", "0")
+    kernels.load.cache_clear()
+    try:
+        assert kernels.load() is None
+        assert LLM(model=str(tiny_model_dir), dtype="float32").engine.runner.kernels is None
+    finally:
+        monkeypatch.delenv("SPECDEC_KERNELS")
+        kernels.load.cache_clear()
+    assert LLM(model=str(tiny_model_dir), dtype="float32").engine.runner.kernels is not None
