@@ -23,6 +23,7 @@ from specdec.detokenizer import IncrementalDetokenizer
 from specdec.engine_context import EngineContext
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config, resolve_dtype
+from specdec.model.packed_linear import pack_linears
 from specdec.model.registry import ModelRegistry
 from specdec.outputs import RequestMetrics, RequestOutput
 from specdec.plugins.manager import make_plugin_manager, plugin_name
@@ -74,6 +75,8 @@ class LLMEngine:
             ),
             self.kv,
         )
+        if config.fused_kernels:
+            pack_linears(self.model, config.max_num_seqs)
         self.kernels = kernels.load() if config.fused_kernels else None
         self.runner = ModelRunner(
             self.model, num_blocks, config.block_size, self.dtype, self.kernels
@@ -205,7 +208,10 @@ class LLMEngine:
         if rows:
             rows = self._apply_logits_plugins(logits, rows, updated)
             live = [i for i, r in enumerate(rows) if not r.request.is_finished]
-            if live:
+            if len(live) == len(rows):
+                sampled = self.sampler(logits, rows)
+                self._accept(rows, sampled.token_ids, sampled.logprobs, updated)
+            elif live:
                 sampled = self.sampler(logits[live], [rows[i] for i in live])
                 self._accept(
                     [rows[i] for i in live], sampled.token_ids, sampled.logprobs, updated
@@ -274,12 +280,11 @@ class LLMEngine:
         hook = self.pm.hook.specdec_logits
         if not hook.get_hookimpls():
             return rows
-        backup = logits.clone()
         try:
             hook(logits=logits, rows=rows)
             return rows
         except Exception:  # noqa: BLE001 - find which requests' rows fail
-            logits.copy_(backup)
+            logits.copy_(self.runner.recompute_logits())  # undo partial edits
         for req in dict.fromkeys(r.request for r in rows):
             idx = [i for i, r in enumerate(rows) if r.request is req]
             sub = logits[idx]

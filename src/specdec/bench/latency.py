@@ -12,7 +12,6 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from specdec.bench.workload import chat_prompt_ids, extraction_prompts
 
@@ -29,16 +28,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def weight_streaming_floor(model, repeats: int = 30) -> float:
-    """Seconds to run every linear layer (incl. the LM head) once on one token."""
-    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    weights.append(model.embed_tokens.weight if model.tie_word_embeddings else model.lm_head.weight)
-    x = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+    """Seconds to run every linear layer (incl. the LM head) once on one token, through
+    the same projection modules (and matmul kernels) the engine uses."""
+    from specdec.model.llama import project
+
+    projections = [m for m in model.modules() if hasattr(m, "in_features")]
+    if getattr(model, "tie_word_embeddings", False):
+        weight = model.embed_tokens.weight
+        head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+        head.weight = weight
+        projections.append(head)
+    dtype = model.embed_tokens.weight.dtype
+    x = {m.in_features: torch.randn(1, m.in_features, dtype=dtype) for m in projections}
     times = []
     with torch.inference_mode():
         for _ in range(repeats):
             start = time.perf_counter()
-            for w in weights:
-                F.linear(x[w.shape[1]], w)
+            for m in projections:
+                project(m, x[m.in_features])
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 

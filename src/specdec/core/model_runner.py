@@ -30,6 +30,7 @@ class ModelRunner:
             and kernels.supports_head_dim(model.head_dim)
         )
         self.kernels = kernels if fusable else None  # specdec.kernels module, or eager
+        self._sampled_hidden = torch.empty(0)
         shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
 
@@ -74,8 +75,16 @@ class ModelRunner:
         )
         if not rows:
             return torch.empty(0, 0), rows
-        logits = self.model.compute_logits(hidden[torch.tensor(sample_index, dtype=torch.long)])
-        return logits, rows
+        if len(sample_index) == hidden.shape[0]:
+            self._sampled_hidden = hidden
+        else:
+            self._sampled_hidden = hidden[torch.tensor(sample_index, dtype=torch.long)]
+        return self.model.compute_logits(self._sampled_hidden), rows
+
+    @torch.inference_mode()
+    def recompute_logits(self) -> torch.Tensor:
+        """The last step's logits again, as the model produced them (before plugins)."""
+        return self.model.compute_logits(self._sampled_hidden)
 
     @staticmethod
     def _add_rows(s: ScheduledRequest, flat_end: int, index: list[int], rows: list) -> None:

@@ -20,12 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.model import packed_linear
 from specdec.model.attention import (
     AttentionMetadata,
     fused_paged_attention,
     paged_attention,
     write_kv,
 )
+from specdec.model.packed_linear import PackedLinear
 
 
 class RMSNorm(nn.Module):
@@ -135,10 +137,13 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-def _linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A projection without nn.Module call overhead (quantised modules keep theirs)."""
-    if type(module) is nn.Linear:
+    kind = type(module)
+    if kind is nn.Linear:
         return F.linear(x, module.weight, module.bias)
+    if kind is PackedLinear:
+        return packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
     return module(x)
 
 
@@ -186,18 +191,18 @@ class LlamaForCausalLM(nn.Module):
         for layer, cache in zip(self.layers, kv_caches, strict=True):
             attn, mlp = layer.self_attn, layer.mlp
             x = k.add_rms_norm(delta, h, layer.input_layernorm.weight, eps)
-            qkv = _linear(attn.qkv_proj, x)
+            qkv = project(attn.qkv_proj, x)
             q = k.rope_write_kv(qkv, cos, sin, cache, meta.slot_mapping, attn.num_heads)
             out = fused_paged_attention(q, cache, meta, attn.scale)
-            delta = _linear(attn.o_proj, out.view(-1, attn.q_size))
+            delta = project(attn.o_proj, out.view(-1, attn.q_size))
             x = k.add_rms_norm(delta, h, layer.post_attention_layernorm.weight, eps)
-            delta = _linear(mlp.down_proj, k.silu_mul(_linear(mlp.gate_up_proj, x)))
+            delta = project(mlp.down_proj, k.silu_mul(project(mlp.gate_up_proj, x)))
         return k.add_rms_norm(delta, h, self.norm.weight, eps)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tie_word_embeddings:
             return F.linear(hidden, self.embed_tokens.weight).float()
-        return self.lm_head(hidden).float()
+        return project(self.lm_head, hidden).float()
 
     def load_hf_state_dict(self, weights) -> None:
         """Load HF-named tensors (``model.layers.0.self_attn.q_proj.weight`` ...)."""

@@ -26,6 +26,7 @@ from specdec.core.request import Request
 from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config
+from specdec.model.packed_linear import pack_linears
 from specdec.sample.sampler import processed_probs
 from specdec.spec.config import SpeculativeConfig
 from specdec.spec.quantize import quantize_int8
@@ -47,6 +48,8 @@ class DraftModelProposer:
         model = build_model(model_dir, draft_config, context.model_registry, dtype)
         if config.draft_quantization == "int8":
             model = quantize_int8(model)
+        elif engine_cfg.fused_kernels:
+            pack_linears(model, engine_cfg.max_num_seqs)
         self.model = model
         num_blocks = context.kv_cache_manager.num_blocks
         self.kv = KVCacheManager(num_blocks, engine_cfg.block_size)
