@@ -14,6 +14,7 @@ from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup
 from specdec.sample.logits_rows import LogitsRow
 
 SHORT_QUERY = 32  # queries up to this long share one padded attention call
+KERNEL_QUERY = 256  # with the fused kernels: queries up to this long go to paged attention
 
 
 class ModelRunner:
@@ -120,7 +121,7 @@ class ModelRunner:
             fits_window = self.sliding_window is None or s.num_tokens <= self.sliding_window
             if s.num_tokens == 1 and s.start > 0:
                 singles.append(member)
-            elif s.num_tokens <= SHORT_QUERY:
+            elif s.num_tokens <= (KERNEL_QUERY if self.kernels is not None else SHORT_QUERY):
                 short.append(member)
             elif s.start == 0 and fits_window:
                 groups.append(FreshPrefill(member[0], member[0] + s.num_tokens))
