@@ -616,6 +616,56 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
   });
 }
 
+
+// ------------------------------------------------------ whole decoder stack ---
+
+// A projection: a oneDNN pre-packed weight (PackedLinear) or a plain one.
+at::Tensor project(const at::Tensor& x, const at::Tensor& weight,
+                   const c10::optional<at::Tensor>& bias) {
+  if (weight.is_mkldnn()) {
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+    std::vector<c10::IValue> stack{x, weight, bias, c10::IValue(std::string("none")),
+                                   c10::IValue(c10::List<c10::optional<at::Scalar>>()),
+                                   c10::IValue(c10::optional<std::string>())};
+    op.callBoxed(&stack);
+    return stack[0].toTensor();
+  }
+  return at::linear(x, weight, bias);
+}
+
+// The decoder layers of the fused Python path (LlamaForCausalLM._forward_fused) for
+// a step whose attention is one kernel group, without returning to Python between
+// ops. layers[i] = {input_norm, qkv_w, qkv_b, o_w, o_b, post_norm, gate_up_w,
+// gate_up_b, down_w, down_b} (biases may be undefined). Returns the final-normed
+// hidden states; h is the residual stream, updated in place.
+at::Tensor decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
+                         const std::vector<at::Tensor>& caches,
+                         const at::Tensor& slot_mapping,
+                         const std::vector<std::vector<c10::optional<at::Tensor>>>& layers,
+                         const at::Tensor& final_norm, const at::Tensor& block_tables,
+                         const at::Tensor& query_start, const at::Tensor& query_len,
+                         const at::Tensor& context_len, int64_t block_size, double scale,
+                         int64_t sliding_window, int64_t num_heads, double eps) {
+  TORCH_CHECK(caches.size() == layers.size(), "one KV cache per layer");
+  c10::optional<at::Tensor> delta;
+  const int64_t tokens = h.size(0);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& w = layers[i];
+    TORCH_CHECK(w.size() == 10, "layer parameters: 10 entries");
+    at::Tensor x = add_rms_norm(delta, h, *w[0], eps);
+    at::Tensor qkv = project(x, *w[1], w[2]);
+    at::Tensor q = rope_write_kv(qkv, cos, sin, caches[i], slot_mapping, num_heads);
+    at::Tensor attn = at::empty_like(q);
+    paged_attention(attn, q, caches[i], block_tables, query_start, query_len, context_len,
+                    block_size, scale, sliding_window);
+    delta = project(attn.view({tokens, -1}), *w[3], w[4]);
+    x = add_rms_norm(delta, h, *w[5], eps);
+    delta = project(silu_mul(project(x, *w[6], w[7])), *w[8], w[9]);
+  }
+  return add_rms_norm(delta, h, final_norm, eps);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -624,4 +674,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rope_write_kv", &rope_write_kv, "RoPE on q and k; write k, v to the paged cache");
   m.def("paged_attention", &paged_attention, "causal attention through block tables");
   m.def("supports_head_dim", &supports_head_dim, "head sizes paged_attention is built for");
+  m.def("decoder_stack", &decoder_stack, "all decoder layers of a kernel-group step");
 }

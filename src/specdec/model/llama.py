@@ -23,6 +23,7 @@ from torch import nn
 from specdec.model import packed_linear
 from specdec.model.attention import (
     AttentionMetadata,
+    KernelGroup,
     fused_paged_attention,
     paged_attention,
     write_kv,
@@ -187,6 +188,15 @@ class LlamaForCausalLM(nn.Module):
         norm adds to it first."""
         k = meta.kernels
         eps = self.config.rms_norm_eps
+        stack = self._stack_params()
+        if stack is not None and len(meta.groups) == 1 and isinstance(meta.groups[0], KernelGroup):
+            g = meta.groups[0]  # decodes and short queries: the whole stack in one C++ call
+            return k.decoder_stack(
+                h, cos, sin, kv_caches, meta.slot_mapping, stack, self.norm.weight,
+                g.block_tables, g.query_start, g.query_len, g.context_len, meta.block_size,
+                self.layers[0].self_attn.scale, meta.sliding_window,
+                self.layers[0].self_attn.num_heads, eps,
+            )
         delta = None
         for layer, cache in zip(self.layers, kv_caches, strict=True):
             attn, mlp = layer.self_attn, layer.mlp
@@ -198,6 +208,28 @@ class LlamaForCausalLM(nn.Module):
             x = k.add_rms_norm(delta, h, layer.post_attention_layernorm.weight, eps)
             delta = project(mlp.down_proj, k.silu_mul(project(mlp.gate_up_proj, x)))
         return k.add_rms_norm(delta, h, self.norm.weight, eps)
+
+    def _stack_params(self) -> list | None:
+        """Per-layer weights for ``decoder_stack`` (built once), or None where a
+        projection is neither a plain nor a pre-packed linear (e.g. int8)."""
+        if not hasattr(self, "_stack_cache"):
+            def weights(m):
+                if type(m) is nn.Linear:
+                    return [m.weight, m.bias]
+                return [m.packed, m.bias] if type(m) is PackedLinear else None
+
+            layers = []
+            for layer in self.layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                parts = [weights(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj,
+                                              mlp.down_proj)]
+                if any(p is None for p in parts):
+                    layers = None
+                    break
+                layers.append([layer.input_layernorm.weight, *parts[0], *parts[1],
+                               layer.post_attention_layernorm.weight, *parts[2], *parts[3]])
+            self._stack_cache = layers
+        return self._stack_cache
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tie_word_embeddings:
