@@ -25,7 +25,7 @@ class EngineConfig:
     disable_plugins: list[str] = field(default_factory=list)
     load_entry_points: bool = True
     enable_prefix_caching: bool = True
-    fused_kernels: bool = True  # fused C++ CPU kernels where they build; False: eager only
+    fused_kernels: bool = True  # fused C++ CPU kernels + pre-packed bf16 weights; False: eager
     speculative: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:

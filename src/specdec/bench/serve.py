@@ -82,7 +82,9 @@ async def run(args: argparse.Namespace) -> list[dict]:
     import httpx
 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # No keep-alive reuse: a pooled connection idle past the server's keep-alive timeout
+    # (uvicorn: 5 s) can be closed under a new request and fail it with a ReadError.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=args.base_url, headers=headers, limits=limits,
                                  timeout=httpx.Timeout(600.0)) as client:
         model = args.served_model_name

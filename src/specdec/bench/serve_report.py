@@ -39,6 +39,8 @@ def summarize(results: list[RequestResult], duration: float) -> dict:
 def print_summary(label: str, s: dict) -> None:
     print(f"============ Serving benchmark ({label}) ============")
     print(f"Successful requests: {s['completed']}   failed: {s['failed']}")
+    for error in s.get("errors", []):
+        print(f"  failure: {error}")
     print(f"Benchmark duration (s): {s['duration_s']:.2f}")
     print(f"Request throughput (req/s): {s['request_throughput']:.2f}")
     print(f"Output token throughput (tok/s): {s['output_token_throughput']:.1f}")

@@ -14,7 +14,11 @@ from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup
 from specdec.sample.logits_rows import LogitsRow
 
 SHORT_QUERY = 32  # queries up to this long share one padded attention call
-KERNEL_QUERY = 256  # with the fused kernels: queries up to this long go to paged attention
+# With the fused kernels, paged attention takes decodes, drafts and queries up to
+# KERNEL_QUERY tokens over cached context, and fresh prompts up to KERNEL_PROMPT
+# tokens; longer queries over long contexts are matmul-shaped and go to SDPA.
+KERNEL_QUERY = 16
+KERNEL_PROMPT = 256
 
 
 class ModelRunner:
@@ -110,8 +114,10 @@ class ModelRunner:
     def _attention_groups(self, order: list[ScheduledRequest]):
         """Decodes batch together; short queries (drafts, short prompts) batch together;
         a long fresh prompt runs causal attention alone and a long chunk gets its own
-        padded group, so no decode is padded to a long prompt's length."""
+        padded group, so no decode is padded to a long prompt's length. With the fused
+        kernels, decodes, drafts and short prompts form one kernel group instead."""
         groups: list = []
+        kernel: list[tuple[int, ScheduledRequest]] = []
         singles: list[tuple[int, ScheduledRequest]] = []
         short: list[tuple[int, ScheduledRequest]] = []
         offset = 0
@@ -119,18 +125,20 @@ class ModelRunner:
             member = (offset, s)
             offset += s.num_tokens
             fits_window = self.sliding_window is None or s.num_tokens <= self.sliding_window
-            if s.num_tokens == 1 and s.start > 0:
+            if self.kernels is not None and s.num_tokens <= (
+                KERNEL_PROMPT if s.start == 0 else KERNEL_QUERY
+            ):
+                kernel.append(member)
+            elif s.num_tokens == 1 and s.start > 0:
                 singles.append(member)
-            elif s.num_tokens <= (KERNEL_QUERY if self.kernels is not None else SHORT_QUERY):
+            elif s.num_tokens <= SHORT_QUERY:
                 short.append(member)
             elif s.start == 0 and fits_window:
                 groups.append(FreshPrefill(member[0], member[0] + s.num_tokens))
             else:
                 groups.append(self._padded_group([member]))
-        if self.kernels is not None:
-            if singles or short:
-                groups.append(self._kernel_group(singles + short))
-            return groups
+        if kernel:
+            groups.append(self._kernel_group(kernel))
         for members in (singles, short):
             if len(members) == 1 and members[0][1].start == 0:
                 off, s = members[0]

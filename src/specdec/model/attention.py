@@ -13,8 +13,9 @@ Requests are split into attention groups (built once per step by the runner):
 * a *padded group* (decodes, speculative verification, chunked-prefill chunks):
   queries padded to ``[B, Q]``, context gathered to ``[B, C]`` with a boolean mask,
   one SDPA call for the whole group;
-* a *kernel group* (with the fused CPU kernels, for decodes and short queries): the
-  block tables go straight to ``specdec.kernels`` paged attention, no gather at all.
+* a *kernel group* (with the fused CPU kernels: decodes, drafts, queries of up to
+  16 tokens and fresh prompts of up to 256): the block tables go straight to
+  ``specdec.kernels`` paged attention, no gather at all.
 """
 
 from __future__ import annotations
