@@ -1,4 +1,5 @@
-"""Fused CPU kernels (``cpu_kernels.cpp``), compiled on first use.
+"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h`` and ``attention_tile.h``),
+compiled on first use.
 
 The extension is built once per (source, torch version, CPU) into the specdec cache
 directory with ``-O3 -march=native`` and reused afterwards (about a minute the first
@@ -19,6 +20,7 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+HEADERS = ("vec16.h", "attention_tile.h")
 
 
 def enabled_by_env() -> bool:
@@ -49,7 +51,8 @@ def _build() -> ModuleType:
     from specdec.model.loader import cache_root
 
     key = hashlib.blake2b(digest_size=8)
-    key.update(SOURCE.read_bytes())
+    for path in (SOURCE, *(SOURCE.with_name(h) for h in HEADERS)):
+        key.update(path.read_bytes())
     key.update(f"{torch.__version__}|{platform.machine()}|{_cpu_flags()}".encode())
     tag = key.hexdigest()
     build_dir = cache_root() / "kernels" / tag

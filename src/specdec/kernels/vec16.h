@@ -1,0 +1,129 @@
+// Vec16: sixteen float lanes for the CPU kernels (AVX-512 or a portable fallback),
+// with exact bfloat16 <-> float conversions.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace specdec_kernels {
+
+using c10::BFloat16;
+
+// ------------------------------------------------------------ 16 floats ---
+// Vec16: sixteen float lanes, AVX-512 where the compiler targets it, plain arrays
+// (auto-vectorised) elsewhere. Loads from bfloat16 widen exactly; stores to
+// bfloat16 round to nearest even exactly as c10::BFloat16 does (NaN -> 0x7FC0).
+
+#if defined(__AVX512F__)
+
+struct Vec16 {
+  __m512 v;
+  static Vec16 zero() { return {_mm512_setzero_ps()}; }
+  static Vec16 broadcast(float x) { return {_mm512_set1_ps(x)}; }
+  static Vec16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static Vec16 load(const BFloat16* p) {
+    __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))};
+  }
+  static __m512i rne_bits(__m512 x) {  // float -> bf16 bits in the low half of each lane
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+  }
+  void store(float* p) const { _mm512_storeu_ps(p, v); }
+  void store(BFloat16* p) const {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rne_bits(v)));
+  }
+  Vec16 round_bf16() const {  // the float value of store(BFloat16) then load
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(rne_bits(v), 16))};
+  }
+  Vec16 operator+(Vec16 o) const { return {_mm512_add_ps(v, o.v)}; }
+  Vec16 operator-(Vec16 o) const { return {_mm512_sub_ps(v, o.v)}; }
+  Vec16 operator*(Vec16 o) const { return {_mm512_mul_ps(v, o.v)}; }
+  Vec16 operator/(Vec16 o) const { return {_mm512_div_ps(v, o.v)}; }
+  static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  static Vec16 max(Vec16 a, Vec16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+  float sum() const { return _mm512_reduce_add_ps(v); }
+  float max() const { return _mm512_reduce_max_ps(v); }
+  // Lanes outside [lo, hi) become fill.
+  Vec16 keep_range(int64_t lo, int64_t hi, float fill) const {
+    const uint32_t below_hi = hi >= 16 ? 0xFFFFu : (1u << hi) - 1;
+    const uint32_t below_lo = lo >= 16 ? 0xFFFFu : (1u << lo) - 1;
+    return {_mm512_mask_mov_ps(_mm512_set1_ps(fill),
+                               static_cast<__mmask16>(below_hi & ~below_lo), v)};
+  }
+  // exp, ~1 ulp on the reduced range (degree-6 Taylor after 2^n scaling); exp(-inf) = 0.
+  Vec16 exp() const {
+    const __m512 x = _mm512_min_ps(v, _mm512_set1_ps(88.3f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+    return {_mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n))};
+  }
+};
+
+#else  // portable fallback
+
+struct Vec16 {
+  float v[16];
+  static Vec16 zero() { return broadcast(0.f); }
+  static Vec16 broadcast(float x) { Vec16 r; for (float& e : r.v) e = x; return r; }
+  template <typename T> static Vec16 load(const T* p) {
+    Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = static_cast<float>(p[i]); return r;
+  }
+  template <typename T> void store(T* p) const {
+    for (int i = 0; i < 16; ++i) p[i] = static_cast<T>(v[i]);
+  }
+  Vec16 round_bf16() const {
+    Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = static_cast<float>(BFloat16(v[i])); return r;
+  }
+#define SPECDEC_VEC_OP(op) \
+  Vec16 operator op(Vec16 o) const { Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = v[i] op o.v[i]; return r; }
+  SPECDEC_VEC_OP(+) SPECDEC_VEC_OP(-) SPECDEC_VEC_OP(*) SPECDEC_VEC_OP(/)
+#undef SPECDEC_VEC_OP
+  static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) {
+    Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = std::fma(a.v[i], b.v[i], c.v[i]); return r;
+  }
+  static Vec16 max(Vec16 a, Vec16 b) {
+    Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = std::max(a.v[i], b.v[i]); return r;
+  }
+  float sum() const { float s = 0.f; for (float e : v) s += e; return s; }
+  float max() const { float m = v[0]; for (float e : v) m = std::max(m, e); return m; }
+  Vec16 keep_range(int64_t lo, int64_t hi, float fill) const {
+    Vec16 r = *this;
+    for (int64_t i = 0; i < 16; ++i) if (i < lo || i >= hi) r.v[i] = fill;
+    return r;
+  }
+  Vec16 exp() const { Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = std::exp(v[i]); return r; }
+};
+
+#endif
+
+template <typename T> inline Vec16 round_to(Vec16 x);
+template <> inline Vec16 round_to<float>(Vec16 x) { return x; }
+template <> inline Vec16 round_to<BFloat16>(Vec16 x) { return x.round_bf16(); }
+
+inline float to_f(float x) { return x; }
+inline float to_f(BFloat16 x) { return static_cast<float>(x); }
+template <typename T> inline T from_f(float x) { return static_cast<T>(x); }  // RNE for bf16
+
+}  // namespace specdec_kernels
