@@ -142,3 +142,14 @@ def test_disabled_by_environment(monkeypatch, tiny_model_dir):
         monkeypatch.delenv("SPECDEC_KERNELS")
         kernels.load.cache_clear()
     assert LLM(model=str(tiny_model_dir), dtype="float32").engine.runner.kernels is not None
+
+
+@pytest.mark.parametrize("shape", [(64, 49152), (3, 49151), (5, 7), (1, 16)])
+def test_argmax_rows_is_the_first_maximum(shape):
+    torch.manual_seed(4)
+    logits = torch.randn(*shape)
+    if shape[1] > 100:
+        logits[0, 50] = logits[0, 90] = logits[0].max() + 1  # a tie: the first wins
+        logits[-1] = float("-inf")  # a fully masked row, as a grammar could leave
+        logits[-1, shape[1] - 1] = 0.0
+    assert torch.equal(K.argmax_rows(logits), logits.max(dim=-1).indices)

@@ -81,7 +81,7 @@ class LLMEngine:
         self.runner = ModelRunner(
             self.model, num_blocks, config.block_size, self.dtype, self.kernels
         )
-        self.sampler = Sampler(config.seed)
+        self.sampler = Sampler(config.seed, self.kernels)
         self.eos_token_ids = _eos_token_ids(model_dir, self.model_config, self.tokenizer)
         self.vocab_size = self.model_config.vocab_size
         self.requests: dict[str, Request] = {}

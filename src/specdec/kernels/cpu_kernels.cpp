@@ -271,6 +271,60 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
 }
 
 
+// ------------------------------------------------------------------ argmax ---
+
+// Index of the first maximum of each float32 row (what torch.max(dim=-1) returns for
+// rows without NaN; -inf entries are fine), in one vectorised pass, rows split
+// across threads.
+at::Tensor argmax_rows(const at::Tensor& logits) {
+  check_cpu_contiguous(logits, "logits");
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat,
+              "argmax_rows: float32 [rows, vocab]");
+  const int64_t rows = logits.size(0), vocab = logits.size(1), nv = vocab / 16 * 16;
+  TORCH_CHECK(vocab > 0, "argmax_rows: empty rows");
+  auto out = at::empty({rows}, logits.options().dtype(at::kLong));
+  const float* data = logits.data_ptr<float>();
+  int64_t* idx = out.data_ptr<int64_t>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    alignas(64) float lane_best[16];
+    alignas(64) float lane_at[16];
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = data + r * vocab;
+      float best = -std::numeric_limits<float>::infinity();
+      int64_t at = 0;
+      if (nv > 0) {
+        // Per lane: the best value and the first chunk it occurred in (strict >).
+        Vec16 best_v = Vec16::load(row), at_v = Vec16::zero();
+        for (int64_t i = 16; i < nv; i += 16) {
+          const Vec16 v = Vec16::load(row + i);
+          const Vec16 chunk = Vec16::broadcast(static_cast<float>(i));
+          at_v = Vec16::select_greater(v, best_v, chunk, at_v);
+          best_v = Vec16::max(best_v, v);
+        }
+        best_v.store(lane_best);
+        at_v.store(lane_at);
+        at = static_cast<int64_t>(lane_at[0]);
+        best = lane_best[0];
+        for (int64_t lane = 0; lane < 16; ++lane) {
+          const int64_t where = static_cast<int64_t>(lane_at[lane]) + lane;
+          if (lane_best[lane] > best || (lane_best[lane] == best && where < at)) {
+            best = lane_best[lane];
+            at = where;
+          }
+        }
+      }
+      for (int64_t i = nv; i < vocab; ++i) {
+        if (row[i] > best || (nv == 0 && i == 0)) {
+          best = row[i];
+          at = i;
+        }
+      }
+      idx[r] = at;
+    }
+  });
+  return out;
+}
+
 // ------------------------------------------------------ whole decoder stack ---
 
 // A projection: a oneDNN pre-packed weight (PackedLinear) or a plain one.
@@ -328,5 +382,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rope_write_kv", &rope_write_kv, "RoPE on q and k; write k, v to the paged cache");
   m.def("paged_attention", &paged_attention, "causal attention through block tables");
   m.def("supports_head_dim", &supports_head_dim, "head sizes paged_attention is built for");
+  m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
   m.def("decoder_stack", &decoder_stack, "all decoder layers of a kernel-group step");
 }

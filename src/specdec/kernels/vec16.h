@@ -53,6 +53,10 @@ struct Vec16 {
   Vec16 operator/(Vec16 o) const { return {_mm512_div_ps(v, o.v)}; }
   static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   static Vec16 max(Vec16 a, Vec16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+  // Lanes where a > b take x, the others y.
+  static Vec16 select_greater(Vec16 a, Vec16 b, Vec16 x, Vec16 y) {
+    return {_mm512_mask_mov_ps(y.v, _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ), x.v)};
+  }
   float sum() const { return _mm512_reduce_add_ps(v); }
   float max() const { return _mm512_reduce_max_ps(v); }
   // Lanes outside [lo, hi) become fill.
@@ -105,6 +109,9 @@ struct Vec16 {
   }
   static Vec16 max(Vec16 a, Vec16 b) {
     Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = std::max(a.v[i], b.v[i]); return r;
+  }
+  static Vec16 select_greater(Vec16 a, Vec16 b, Vec16 x, Vec16 y) {
+    Vec16 r; for (int i = 0; i < 16; ++i) r.v[i] = a.v[i] > b.v[i] ? x.v[i] : y.v[i]; return r;
   }
   float sum() const { float s = 0.f; for (float e : v) s += e; return s; }
   float max() const { float m = v[0]; for (float e : v) m = std::max(m, e); return m; }
