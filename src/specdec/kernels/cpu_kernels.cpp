@@ -3,8 +3,10 @@
 // Each replaces several eager PyTorch ops (and their dispatch and memory traffic)
 // with one pass: residual add + RMSNorm, SiLU(gate) * up, RoPE + KV-cache write,
 // and paged attention that reads keys/values straight from the cache blocks
-// (no gather copy, each KV row read once for all query heads of its group).
-// float32 and bfloat16; accumulation is always float32.
+// (no gather copy, each KV row read once for all query heads of its group; the
+// inner loop is in attention_tile.h). decoder_stack runs all layers of a decode
+// step in one call; argmax_rows serves greedy sampling. float32 and bfloat16;
+// accumulation is always float32.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
