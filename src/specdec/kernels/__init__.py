@@ -13,6 +13,7 @@ import functools
 import hashlib
 import os
 import platform
+import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -57,11 +58,15 @@ def _build() -> ModuleType:
     tag = key.hexdigest()
     build_dir = cache_root() / "kernels" / tag
     build_dir.mkdir(parents=True, exist_ok=True)
+    name = f"specdec_cpu_kernels_{tag}"
+    if not any(build_dir.glob(f"{name}*.so")):
+        print(f"specdec: building the fused CPU kernels into {build_dir} (once, ~30 s)",
+              file=sys.stderr, flush=True)
     torch_lib = Path(torch.__file__).parent / "lib"
     # Link the OpenMP runtime torch itself loaded, so at::parallel_for shares its pool.
     gomp = ["-l:libgomp.so.1"] if (torch_lib / "libgomp.so.1").exists() else ["-lgomp"]
     return cpp_extension.load(
-        name=f"specdec_cpu_kernels_{tag}",
+        name=name,
         sources=[str(SOURCE)],
         build_directory=str(build_dir),
         extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffp-contract=off",
