@@ -329,9 +329,18 @@ at::Tensor argmax_rows(const at::Tensor& logits) {
 
 // ------------------------------------------------------ whole decoder stack ---
 
-// A projection: a oneDNN pre-packed weight (PackedLinear) or a plain one.
+// A projection: a oneDNN pre-packed weight (PackedLinear), an int8 weight with
+// per-channel scales (Int8Linear: bf16 activations, result in x's dtype), or a
+// plain weight.
 at::Tensor project(const at::Tensor& x, const at::Tensor& weight,
-                   const c10::optional<at::Tensor>& bias) {
+                   const c10::optional<at::Tensor>& bias,
+                   const c10::optional<at::Tensor>& scales) {
+  if (weight.scalar_type() == at::kChar) {
+    TORCH_CHECK(scales.has_value(), "an int8 projection needs its scales");
+    at::Tensor y = at::_weight_int8pack_mm(x.to(scales->scalar_type()), weight, *scales);
+    if (bias) y = y + *bias;
+    return y.to(x.scalar_type());
+  }
   if (weight.is_mkldnn()) {
     static const auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -346,8 +355,8 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& weight,
 
 // The decoder layers of the fused Python path (LlamaForCausalLM._forward_fused) for
 // a step whose attention is one kernel group, without returning to Python between
-// ops. layers[i] = {input_norm, qkv_w, qkv_b, o_w, o_b, post_norm, gate_up_w,
-// gate_up_b, down_w, down_b} (biases may be undefined). Returns the final-normed
+// ops. layers[i] = {input_norm, post_norm, then (weight, bias, scales) for qkv, o,
+// gate_up and down}; biases and scales may be undefined. Returns the final-normed
 // hidden states; h is the residual stream, updated in place.
 at::Tensor decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
                          const std::vector<at::Tensor>& caches,
@@ -362,16 +371,16 @@ at::Tensor decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& 
   const int64_t tokens = h.size(0);
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& w = layers[i];
-    TORCH_CHECK(w.size() == 10, "layer parameters: 10 entries");
+    TORCH_CHECK(w.size() == 14, "layer parameters: 14 entries");
     at::Tensor x = add_rms_norm(delta, h, *w[0], eps);
-    at::Tensor qkv = project(x, *w[1], w[2]);
+    at::Tensor qkv = project(x, *w[2], w[3], w[4]);
     at::Tensor q = rope_write_kv(qkv, cos, sin, caches[i], slot_mapping, num_heads);
     at::Tensor attn = at::empty_like(q);
     paged_attention(attn, q, caches[i], block_tables, query_start, query_len, context_len,
                     block_size, scale, sliding_window);
-    delta = project(attn.view({tokens, -1}), *w[3], w[4]);
-    x = add_rms_norm(delta, h, *w[5], eps);
-    delta = project(silu_mul(project(x, *w[6], w[7])), *w[8], w[9]);
+    delta = project(attn.view({tokens, -1}), *w[5], w[6], w[7]);
+    x = add_rms_norm(delta, h, *w[1], eps);
+    delta = project(silu_mul(project(x, *w[8], w[9], w[10])), *w[11], w[12], w[13]);
   }
   return add_rms_norm(delta, h, final_norm, eps);
 }

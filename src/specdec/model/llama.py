@@ -148,6 +148,19 @@ def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return module(x)
 
 
+def _stack_weights(module: nn.Module) -> list | None:
+    """(weight, bias, scales) of a projection for the C++ decoder stack: plain,
+    pre-packed, or int8 weight-only (``weight_int8`` with per-channel ``scales``)."""
+    kind = type(module)
+    if kind is nn.Linear:
+        return [module.weight, module.bias, None]
+    if kind is PackedLinear:
+        return [module.packed, module.bias, None]
+    if isinstance(getattr(module, "weight_int8", None), torch.Tensor):
+        return [module.weight_int8, module.bias, module.scales]
+    return None
+
+
 class LlamaForCausalLM(nn.Module):
     qkv_bias = False
     supports_fused_kernels = True
@@ -210,24 +223,21 @@ class LlamaForCausalLM(nn.Module):
         return k.add_rms_norm(delta, h, self.norm.weight, eps)
 
     def _stack_params(self) -> list | None:
-        """Per-layer weights for ``decoder_stack`` (built once), or None where a
-        projection is neither a plain nor a pre-packed linear (e.g. int8)."""
+        """Per-layer weights for ``decoder_stack`` (built once): the two norms, then
+        (weight, bias, scales) per projection; None where a projection is of a kind
+        the C++ stack does not know."""
         if not hasattr(self, "_stack_cache"):
-            def weights(m):
-                if type(m) is nn.Linear:
-                    return [m.weight, m.bias]
-                return [m.packed, m.bias] if type(m) is PackedLinear else None
-
             layers = []
             for layer in self.layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                parts = [weights(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj,
-                                              mlp.down_proj)]
+                parts = [_stack_weights(m) for m in (attn.qkv_proj, attn.o_proj,
+                                                     mlp.gate_up_proj, mlp.down_proj)]
                 if any(p is None for p in parts):
                     layers = None
                     break
-                layers.append([layer.input_layernorm.weight, *parts[0], *parts[1],
-                               layer.post_attention_layernorm.weight, *parts[2], *parts[3]])
+                layers.append([layer.input_layernorm.weight,
+                               layer.post_attention_layernorm.weight,
+                               *(w for part in parts for w in part)])
             self._stack_cache = layers
         return self._stack_cache
 
