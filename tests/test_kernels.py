@@ -153,3 +153,12 @@ def test_argmax_rows_is_the_first_maximum(shape):
         logits[-1] = float("-inf")  # a fully masked row, as a grammar could leave
         logits[-1, shape[1] - 1] = 0.0
     assert torch.equal(K.argmax_rows(logits), logits.max(dim=-1).indices)
+
+
+def test_cli_switch_turns_the_fused_path_off():
+    from specdec.cli import build_parser, engine_kwargs
+
+    parser = build_parser()
+    assert engine_kwargs(parser.parse_args(["generate", "x"]))["fused_kernels"] is True
+    off = parser.parse_args(["generate", "x", "--no-fused-kernels"])
+    assert engine_kwargs(off)["fused_kernels"] is False

@@ -16,6 +16,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--no-fused-kernels", action="store_true",
+                        help="plain eager PyTorch: no C++ kernels, no pre-packed weights")
     parser.add_argument("--speculative-method", choices=["ngram", "draft"], default=None)
     parser.add_argument("--num-speculative-tokens", type=int, default=4)
     parser.add_argument("--prompt-lookup-min", type=int, default=2, help="n-gram: shortest match")
@@ -32,6 +34,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching,
+        fused_kernels=not args.no_fused_kernels,
         speculative=speculative_options(args),
     )
 
