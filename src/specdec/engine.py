@@ -23,7 +23,7 @@ from specdec.detokenizer import IncrementalDetokenizer
 from specdec.engine_context import EngineContext
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config, resolve_dtype
-from specdec.model.packed_linear import pack_linears, warm_up
+from specdec.model.packed_linear import pack_linears
 from specdec.model.registry import ModelRegistry
 from specdec.outputs import RequestMetrics, RequestOutput
 from specdec.plugins.manager import make_plugin_manager, plugin_name
@@ -75,8 +75,8 @@ class LLMEngine:
             ),
             self.kv,
         )
-        if config.fused_kernels and pack_linears(self.model, config.max_num_seqs):
-            warm_up(self.model, config.max_num_seqs)
+        if config.fused_kernels:
+            pack_linears(self.model, config.max_num_seqs)
         self.kernels = kernels.load() if config.fused_kernels else None
         self.runner = ModelRunner(
             self.model, num_blocks, config.block_size, self.dtype, self.kernels
@@ -208,14 +208,11 @@ class LLMEngine:
         if rows:
             rows = self._apply_logits_plugins(logits, rows, updated)
             live = [i for i, r in enumerate(rows) if not r.request.is_finished]
-            if len(live) == len(rows):
+            if len(live) < len(rows):  # a plugin failed some requests: drop their rows
+                logits, rows = logits[live], [rows[i] for i in live]
+            if rows:
                 sampled = self.sampler(logits, rows)
                 self._accept(rows, sampled.token_ids, sampled.logprobs, updated)
-            elif live:
-                sampled = self.sampler(logits[live], [rows[i] for i in live])
-                self._accept(
-                    [rows[i] for i in live], sampled.token_ids, sampled.logprobs, updated
-                )
         return [self._output(r) for r in updated.values()]
 
     def _accept(self, rows: list[LogitsRow], tokens: list[int], logprobs, updated) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from specdec.core.kv_cache_manager import cdiv
 from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
 from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup, PaddedGroup
 from specdec.sample.logits_rows import LogitsRow
@@ -150,7 +151,7 @@ class ModelRunner:
     def _kernel_group(self, members: list[tuple[int, ScheduledRequest]]) -> KernelGroup:
         bs = self.block_size
         context = [s.start + s.num_tokens for _, s in members]
-        needed = [-(-c // bs) for c in context]
+        needed = [cdiv(c, bs) for c in context]
         width = max(needed)
         tables = [
             s.block_ids[:n] + [0] * (width - n)
@@ -169,7 +170,7 @@ class ModelRunner:
         ctx_lens = torch.tensor([s.start + s.num_tokens for _, s in members])
         q_starts = torch.tensor([off for off, _ in members])
         max_q, max_ctx = int(q_lens.max()), int(ctx_lens.max())
-        num_blocks = -(-max_ctx // bs)
+        num_blocks = cdiv(max_ctx, bs)
         table = torch.zeros(len(members), num_blocks, dtype=torch.long)
         for i, (_, s) in enumerate(members):
             ids = s.block_ids[:num_blocks]

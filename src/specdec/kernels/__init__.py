@@ -49,12 +49,14 @@ def load() -> ModuleType | None:
 def _build() -> ModuleType:
     from torch.utils import cpp_extension
 
+    from specdec.model.builder import cpuinfo_field
     from specdec.model.loader import cache_root
 
     key = hashlib.blake2b(digest_size=8)
     for path in (SOURCE, *(SOURCE.with_name(h) for h in HEADERS)):
         key.update(path.read_bytes())
-    key.update(f"{torch.__version__}|{platform.machine()}|{_cpu_flags()}".encode())
+    cpu = cpuinfo_field("flags", "Features") or platform.processor()
+    key.update(f"{torch.__version__}|{platform.machine()}|{cpu}".encode())
     tag = key.hexdigest()
     build_dir = cache_root() / "kernels" / tag
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -74,14 +76,3 @@ def _build() -> ModuleType:
         extra_ldflags=[f"-L{torch_lib}", *gomp],
         verbose=False,
     )
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

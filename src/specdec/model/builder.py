@@ -63,7 +63,7 @@ def fastest_matmul_dtype() -> torch.dtype:
 
     from specdec.model.loader import cache_root
 
-    key = f"{_cpu_model() or platform.processor()}|torch {torch.__version__}|" \
+    key = f"{cpuinfo_field('model name') or platform.processor()}|torch {torch.__version__}|" \
           f"{torch.get_num_threads()} threads"
     path = cache_root() / "dtype-auto.json"
     try:
@@ -101,11 +101,13 @@ def _measure_fastest_dtype() -> torch.dtype:
     return min(best, key=best.get)
 
 
-def _cpu_model() -> str | None:
+def cpuinfo_field(*names: str) -> str | None:
+    """The first ``/proc/cpuinfo`` line starting with one of ``names`` (x86 ``flags``,
+    Arm ``Features``, ``model name`` ...), its value; None where there is none."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(names):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass

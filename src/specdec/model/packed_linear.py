@@ -43,7 +43,8 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(model: nn.Module, batch_hint: int) -> bool:
-    """Replace the bf16 nn.Linear layers (and a tied LM head) by packed ones, in place.
+    """Replace the bf16 nn.Linear layers (and a tied LM head) by packed ones, in place,
+    and build their matmul primitives for 1 .. ``batch_hint`` rows (see ``warm_up``).
     Returns False, changing nothing, where the model is not bf16 or oneDNN is missing."""
     if next(model.parameters()).dtype != torch.bfloat16 or not available():
         return False
@@ -54,6 +55,7 @@ def pack_linears(model: nn.Module, batch_hint: int) -> bool:
     if getattr(model, "tie_word_embeddings", False):
         model.lm_head = PackedLinear(model.embed_tokens.weight, None, batch_hint)
         model.tie_word_embeddings = False
+    warm_up(model, batch_hint)
     return True
 
 
