@@ -90,31 +90,76 @@ def reference_attention(q, cache, tables, query_start, query_len, context_len, b
     return out
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", [64, 16, 128])
-@pytest.mark.parametrize("window", [0, 9])
-def test_paged_attention(dtype, head_dim, window):
-    """Ragged queries (decode, verification, a chunk) through shuffled block tables."""
-    torch.manual_seed(3)
-    hq, hkv, bs, num_blocks = 9, 3, 16, 48
-    context = [37, 20, 70, 1, 16]
-    q_lens = [1, 4, 2, 1, 16]
-    starts = [0, 1, 5, 7, 8]
-    cache = torch.randn(2, num_blocks * bs, hkv, head_dim, dtype=dtype)
+# (dtype, AMX kernel): bfloat16 runs through the AMX kernel where the CPU has one
+# and through the vector kernel; float32 always takes the vector kernel.
+KERNEL_PATHS = [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)]
+
+
+@pytest.fixture
+def amx_attention(request):
+    dtype, amx = request.param
+    if amx and not K.has_amx_attention():
+        pytest.skip("no AMX on this CPU")
+    was = K.set_amx_attention(amx)
+    yield dtype
+    K.set_amx_attention(was)
+
+
+def paged_case(dtype, head_dim, context, q_lens, bs=16, hkv=3, group=3, seed=3):
+    """Requests' contexts in shuffled blocks of a cache whose unused rows hold NaN."""
+    torch.manual_seed(seed)
+    blocks = [-(-ctx // bs) for ctx in context]
+    num_blocks = sum(blocks) + 4
+    cache = torch.full((2, num_blocks * bs, hkv, head_dim), float("nan"), dtype=dtype)
     perm = torch.randperm(num_blocks)
-    tables = torch.zeros(len(context), 5, dtype=torch.int32)
+    tables = torch.zeros(len(context), max(blocks) + 1, dtype=torch.int32)
     used = 0
-    for b, ctx in enumerate(context):
-        n = -(-ctx // bs)
+    for b, (ctx, n) in enumerate(zip(context, blocks, strict=True)):
         tables[b, :n] = perm[used : used + n].int()
+        slots = tables[b, torch.arange(ctx) // bs].long() * bs + torch.arange(ctx) % bs
+        cache[:, slots] = torch.randn(2, ctx, hkv, head_dim, dtype=dtype)
         used += n
-    q = torch.randn(sum(q_lens), hq, head_dim, dtype=dtype)
-    out = torch.full_like(q, float("nan"))
+    q = torch.randn(sum(q_lens), hkv * group, head_dim, dtype=dtype)
+    starts = [sum(q_lens[:b]) for b in range(len(q_lens))]
     args = [torch.tensor(v, dtype=torch.int32) for v in (starts, q_lens, context)]
-    K.paged_attention(out, q, cache, tables, *args, bs, head_dim**-0.5, window)
-    expected = reference_attention(q, cache, tables, *args, bs, window)
+    return q, cache, tables, args
+
+
+@pytest.mark.parametrize("amx_attention", KERNEL_PATHS, indirect=True,
+                         ids=["fp32", "bf16", "bf16-amx"])
+@pytest.mark.parametrize("head_dim", [64, 16, 128, 256])
+@pytest.mark.parametrize("window", [0, 9])
+def test_paged_attention(amx_attention, head_dim, window):
+    """Ragged queries (decodes, verifications, a chunk: 3 to 48 queries per KV head)
+    through shuffled block tables; rows past each context hold NaN and must not leak."""
+    dtype = amx_attention
+    q, cache, tables, args = paged_case(dtype, head_dim, [37, 20, 70, 1, 16], [1, 4, 2, 1, 16])
+    out = torch.full_like(q, float("nan"))
+    K.paged_attention(out, q, cache, tables, *args, 16, head_dim**-0.5, window)
+    expected = reference_attention(q, cache, tables, *args, 16, window)
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("amx_attention", KERNEL_PATHS[1:], indirect=True, ids=["bf16", "bf16-amx"])
+@pytest.mark.parametrize("bs", [32, 48])
+def test_paged_attention_long_context_large_blocks(amx_attention, bs):
+    """Contexts of several hundred positions in blocks of 32 and 48 (the AMX kernel
+    reads 16-row slices of them), one KV head group of 8, a 5-token verification."""
+    q, cache, tables, args = paged_case(amx_attention, 64, [700, 333, 17], [1, 5, 1], bs=bs,
+                                        hkv=2, group=8, seed=5)
+    out = torch.empty_like(q)
+    K.paged_attention(out, q, cache, tables, *args, bs, 0.125, 0)
+    expected = reference_attention(q, cache, tables, *args, bs, 0)
+    torch.testing.assert_close(out.float(), expected, atol=1e-2, rtol=1e-2)
+
+
+def test_amx_attention_where_the_cpu_has_amx():
+    from specdec.model.builder import cpuinfo_field
+
+    flags = (cpuinfo_field("flags") or "").split()
+    if {"amx_tile", "amx_bf16", "avx512_bf16"} <= set(flags):
+        assert K.has_amx_attention()
 
 
 def test_paged_attention_rejects_bad_tables():

@@ -1,4 +1,5 @@
-"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h`` and ``attention_tile.h``),
+"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h``, ``attention_tile.h`` and
+``attention_amx.h``),
 compiled on first use.
 
 The extension is built once per (source, torch version, CPU) into the specdec cache
@@ -21,7 +22,7 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-HEADERS = ("vec16.h", "attention_tile.h")
+HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h")
 
 
 def enabled_by_env() -> bool:

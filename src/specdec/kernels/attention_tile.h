@@ -112,6 +112,21 @@ struct OutputTile {
 };
 
 #if defined(__AVX512BF16__)
+// Scale and store a bf16 head accumulated by pair dot products, whose lanes are in
+// unpack order: acc[2h] lane 4L+k holds element 32h+8L+k, acc[2h+1] element 32h+8L+4+k.
+template <int NV>
+inline void store_pair_lanes(const __m512* acc, BFloat16* dst, float inv) {
+  const __m512 scale = _mm512_set1_ps(inv);
+  for (int h = 0; h < NV / 2; ++h) {
+    const __m512 lo = _mm512_mul_ps(acc[2 * h], scale);
+    const __m512 hi = _mm512_mul_ps(acc[2 * h + 1], scale);
+    const __m512 first = _mm512_shuffle_f32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 second = _mm512_shuffle_f32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+    Vec16{_mm512_shuffle_f32x4(first, first, _MM_SHUFFLE(3, 1, 2, 0))}.store(dst + 32 * h);
+    Vec16{_mm512_shuffle_f32x4(second, second, _MM_SHUFFLE(3, 1, 2, 0))}.store(dst + 32 * h + 16);
+  }
+}
+
 template <typename T, int NV, int kPass>
 struct OutputTile<T, NV, kPass, true> {
   __m512 acc[kPass][NV];  // acc[m][2h] lane 4L+k: element 32h+8L+k; [2h+1]: 32h+8L+4+k
@@ -143,17 +158,7 @@ struct OutputTile<T, NV, kPass, true> {
       }
     }
   }
-  void store(int m, T* dst, float inv) const {
-    const __m512 scale = _mm512_set1_ps(inv);
-    for (int h = 0; h < NV / 2; ++h) {
-      const __m512 lo = _mm512_mul_ps(acc[m][2 * h], scale);
-      const __m512 hi = _mm512_mul_ps(acc[m][2 * h + 1], scale);
-      const __m512 first = _mm512_shuffle_f32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
-      const __m512 second = _mm512_shuffle_f32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-      Vec16{_mm512_shuffle_f32x4(first, first, _MM_SHUFFLE(3, 1, 2, 0))}.store(dst + 32 * h);
-      Vec16{_mm512_shuffle_f32x4(second, second, _MM_SHUFFLE(3, 1, 2, 0))}.store(dst + 32 * h + 16);
-    }
-  }
+  void store(int m, T* dst, float inv) const { store_pair_lanes<NV>(acc[m], dst, inv); }
 };
 #endif
 

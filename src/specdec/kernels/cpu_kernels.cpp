@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_amx.h"
 #include "attention_tile.h"
 #include "vec16.h"
 
@@ -212,6 +213,63 @@ at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& cos, const at:
   return q;
 }
 
+// bfloat16 attention takes the AMX kernel where the CPU has it; tests switch it off
+// to cover the vector kernel too.
+bool use_amx_attention = true;
+
+bool set_amx_attention(bool on) {
+  const bool was = use_amx_attention;
+  use_amx_attention = on;
+  return was;
+}
+
+bool has_amx_attention() {
+#if defined(SPECDEC_HAS_AMX)
+  return amx_usable();
+#else
+  return false;
+#endif
+}
+
+// The AMX kernel for bfloat16 where it applies; false where the caller must run the
+// vector kernel.
+template <typename T>
+bool try_amx_attention(T*, const T*, const T*, const T*, const int32_t*, int64_t,
+                       const int32_t*, const int32_t*, const int32_t*, int64_t, int64_t,
+                       int64_t, int64_t, int64_t, float, int64_t) {
+  return false;
+}
+
+#if defined(SPECDEC_HAS_AMX)
+template <>
+bool try_amx_attention<BFloat16>(BFloat16* o, const BFloat16* qp, const BFloat16* key_cache,
+                                 const BFloat16* value_cache, const int32_t* tables,
+                                 int64_t max_blocks, const int32_t* qs, const int32_t* ql,
+                                 const int32_t* cl, int64_t batch, int64_t hq, int64_t hkv,
+                                 int64_t dim, int64_t block_size, float scale,
+                                 int64_t sliding_window) {
+  if (!use_amx_attention || dim % 32 != 0 || block_size % 16 != 0 || !amx_usable())
+    return false;
+  auto run = [&](auto attend) {
+    at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+      thread_local AmxScratch scratch;
+      configure_attention_tiles();
+      for (int64_t b = begin; b < end; ++b)
+        attend(o, qp, key_cache, value_cache, tables + b * max_blocks, qs[b], ql[b], cl[b], hq,
+               hkv, block_size, scale, sliding_window, scratch);
+      _tile_release();
+    });
+  };
+  switch (dim) {
+    case 32: run(attend_amx<2>); break;
+    case 64: run(attend_amx<4>); break;
+    case 128: run(attend_amx<8>); break;
+    default: run(attend_amx<16>); break;
+  }
+  return true;
+}
+#endif
+
 bool supports_head_dim(int64_t dim) {
   return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256;
 }
@@ -253,6 +311,9 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
     const scalar_t* value_cache = key_cache + num_slots * hkv * dim;
     scalar_t* o = out.data_ptr<scalar_t>();
     const scalar_t* qp = q.data_ptr<scalar_t>();
+    if (try_amx_attention(o, qp, key_cache, value_cache, tables, max_blocks, qs, ql, cl, batch,
+                          hq, hkv, dim, block_size, static_cast<float>(scale), sliding_window))
+      return;
     auto run = [&](auto attend) {
       at::parallel_for(0, batch * hkv, 1, [&](int64_t begin, int64_t end) {
         for (int64_t task = begin; task < end; ++task) {
@@ -392,6 +453,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &silu_mul, "silu(gate) * up over a fused gate|up projection");
   m.def("rope_write_kv", &rope_write_kv, "RoPE on q and k; write k, v to the paged cache");
   m.def("paged_attention", &paged_attention, "causal attention through block tables");
+  m.def("set_amx_attention", &set_amx_attention, "use AMX for bf16 attention; returns the old value");
+  m.def("has_amx_attention", &has_amx_attention, "whether the AMX attention kernel can run here");
   m.def("supports_head_dim", &supports_head_dim, "head sizes paged_attention is built for");
   m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
   m.def("decoder_stack", &decoder_stack, "all decoder layers of a kernel-group step");
