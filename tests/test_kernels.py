@@ -207,3 +207,58 @@ def test_cli_switch_turns_the_fused_path_off():
     assert engine_kwargs(parser.parse_args(["generate", "x"]))["fused_kernels"] is True
     off = parser.parse_args(["generate", "x", "--no-fused-kernels"])
     assert engine_kwargs(off)["fused_kernels"] is False
+
+
+@pytest.mark.skipif(K is None or not K.has_tile_linear(), reason="no AMX projections here")
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 33, 64, 300])
+@pytest.mark.parametrize("shape", [(960, 576), (576, 1536), (64, 32)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_tile_linear(rows, shape, with_bias):
+    """AMX projections against a float32 matmul of the same bf16 inputs: one bf16
+    rounding of the float32 sum (plus bias), at most one ulp from oneDNN's."""
+    torch.manual_seed(rows)
+    n, k = shape
+    weight = torch.randn(n, k, dtype=torch.bfloat16) * 0.05
+    bias = torch.randn(n, dtype=torch.bfloat16) if with_bias else None
+    x = torch.randn(rows, k, dtype=torch.bfloat16)
+    out = K.tile_linear(x, K.pack_tile_weight(weight), bias)
+    exact = x.float() @ weight.float().T + (0 if bias is None else bias.float())
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, n)
+    torch.testing.assert_close(out.float(), exact, atol=1e-2, rtol=8e-3)
+    reference = F.linear(x, weight, bias)
+    ulp = (reference.float().abs() * 2**-7).clamp_min(2**-126)
+    assert ((out.float() - reference.float()).abs() <= ulp + 1e-6).all()
+
+
+@pytest.mark.skipif(K is None or not K.has_tile_linear(), reason="no AMX projections here")
+def test_tile_linear_rejects_bad_input():
+    weight = K.pack_tile_weight(torch.zeros(32, 64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="features"):
+        K.tile_linear(torch.zeros(2, 32, dtype=torch.bfloat16), weight, None)
+    with pytest.raises(RuntimeError, match="multiples of 32"):
+        K.pack_tile_weight(torch.zeros(40, 64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="bf16"):
+        K.tile_linear(torch.zeros(2, 64), weight, None)
+
+
+def test_packed_model_uses_tiles_and_matches_onednn():
+    """A packed bf16 layer serves decode rows through the tiles and long prompts
+    through oneDNN; both agree to a bf16 ulp."""
+    from specdec.model import packed_linear
+
+    if not packed_linear.available() or not K.has_tile_linear():
+        pytest.skip("no oneDNN or AMX here")
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(576, 960, dtype=torch.bfloat16)
+    model = torch.nn.Sequential(layer)
+    packed_linear.pack_linears(model, 8, K)
+    packed = model[0]
+    assert packed.tiles is not None and packed.tile_rows == K.tile_linear_max_rows()
+    x = torch.randn(packed.tile_rows + 1, 576, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        long_rows = packed(x)  # oneDNN
+        short_rows = packed(x[:7])  # tiles
+        reference = F.linear(x, layer.weight, layer.bias)
+    assert torch.equal(long_rows, reference)
+    ulp = reference[:7].float().abs() * 2**-7 + 1e-6
+    assert ((short_rows.float() - reference[:7].float()).abs() <= ulp).all()

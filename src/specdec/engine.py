@@ -75,9 +75,9 @@ class LLMEngine:
             ),
             self.kv,
         )
-        if config.fused_kernels:
-            pack_linears(self.model, config.max_num_seqs)
         self.kernels = kernels.load() if config.fused_kernels else None
+        if config.fused_kernels:
+            pack_linears(self.model, config.max_num_seqs, self.kernels)
         self.runner = ModelRunner(
             self.model, num_blocks, config.block_size, self.dtype, self.kernels
         )

@@ -1,5 +1,5 @@
-"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h``, ``attention_tile.h`` and
-``attention_amx.h``),
+"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h``, ``attention_tile.h``,
+``attention_amx.h`` and ``tile_linear.h``),
 compiled on first use.
 
 The extension is built once per (source, torch version, CPU) into the specdec cache
@@ -22,7 +22,7 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h")
+HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h", "tile_linear.h")
 
 
 def enabled_by_env() -> bool:

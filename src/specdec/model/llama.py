@@ -144,20 +144,23 @@ def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     if kind is nn.Linear:
         return F.linear(x, module.weight, module.bias)
     if kind is PackedLinear:
+        if x.shape[0] <= module.tile_rows:
+            return module.kernels.tile_linear(x, module.tiles, module.bias)
         return packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
     return module(x)
 
 
 def _stack_weights(module: nn.Module) -> list | None:
-    """(weight, bias, scales) of a projection for the C++ decoder stack: plain,
-    pre-packed, or int8 weight-only (``weight_int8`` with per-channel ``scales``)."""
+    """(weight, bias, scales, tiles) of a projection for the C++ decoder stack: plain,
+    pre-packed (with AMX tiles where it has them), or int8 weight-only
+    (``weight_int8`` with per-channel ``scales``)."""
     kind = type(module)
     if kind is nn.Linear:
-        return [module.weight, module.bias, None]
+        return [module.weight, module.bias, None, None]
     if kind is PackedLinear:
-        return [module.packed, module.bias, None]
+        return [module.packed, module.bias, None, module.tiles]
     if isinstance(getattr(module, "weight_int8", None), torch.Tensor):
-        return [module.weight_int8, module.bias, module.scales]
+        return [module.weight_int8, module.bias, module.scales, None]
     return None
 
 
@@ -224,7 +227,7 @@ class LlamaForCausalLM(nn.Module):
 
     def _stack_params(self) -> list | None:
         """Per-layer weights for ``decoder_stack`` (built once): the two norms, then
-        (weight, bias, scales) per projection; None where a projection is of a kind
+        (weight, bias, scales, tiles) per projection; None where a projection is of a kind
         the C++ stack does not know."""
         if not hasattr(self, "_stack_cache"):
             layers = []

@@ -29,31 +29,50 @@ def available() -> bool:
 
 
 class PackedLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_hint: int):
+    """A bf16 projection with its weight pre-packed for oneDNN and, where the fused
+    kernels have AMX projections and the shape suits them (``tiles``), also for
+    ``kernels.tile_linear``, which serves up to ``tile_linear_max_rows()`` rows."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_hint: int,
+                 kernels=None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), batch_hint)
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        self.kernels = kernels if _tiles_fit(kernels, weight) else None
+        self.tiles = None if self.kernels is None else kernels.pack_tile_weight(
+            weight.detach().contiguous())
+        self.tile_rows = 0 if self.kernels is None else kernels.tile_linear_max_rows()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] <= self.tile_rows:
+            return self.kernels.tile_linear(x, self.tiles, self.bias)
         return _linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, packed"
+        tiles = ", AMX tiles" if self.tiles is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed{tiles}"
 
 
-def pack_linears(model: nn.Module, batch_hint: int) -> bool:
+def _tiles_fit(kernels, weight: torch.Tensor) -> bool:
+    return (kernels is not None and kernels.has_tile_linear()
+            and weight.shape[0] % 32 == 0 and weight.shape[1] % 32 == 0)
+
+
+def pack_linears(model: nn.Module, batch_hint: int, kernels=None) -> bool:
     """Replace the bf16 nn.Linear layers (and a tied LM head) by packed ones, in place,
     and build their matmul primitives for 1 .. ``batch_hint`` rows (see ``warm_up``).
-    Returns False, changing nothing, where the model is not bf16 or oneDNN is missing."""
+    With ``kernels`` (the fused kernels module) on a CPU with AMX, the projections
+    also get ``tile_linear``'s layout. Returns False, changing nothing, where the
+    model is not bf16 or oneDNN is missing."""
     if next(model.parameters()).dtype != torch.bfloat16 or not available():
         return False
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child.weight, child.bias, batch_hint))
+                setattr(module, name, PackedLinear(child.weight, child.bias, batch_hint, kernels))
     if getattr(model, "tie_word_embeddings", False):
-        model.lm_head = PackedLinear(model.embed_tokens.weight, None, batch_hint)
+        model.lm_head = PackedLinear(model.embed_tokens.weight, None, batch_hint, kernels)
         model.tie_word_embeddings = False
     warm_up(model, batch_hint)
     return True
@@ -69,7 +88,7 @@ def warm_up(model: nn.Module, max_rows: int) -> None:
     """
     shapes = {}
     for module in model.modules():
-        if type(module) is PackedLinear:
+        if type(module) is PackedLinear and max_rows > module.tile_rows:
             shapes.setdefault((module.in_features, module.out_features), module)
     with torch.inference_mode():
         for module in shapes.values():

@@ -48,12 +48,12 @@ class DraftModelProposer:
         model = build_model(model_dir, draft_config, context.model_registry, dtype)
         if config.draft_quantization == "int8":
             model = quantize_int8(model)
-        elif engine_cfg.fused_kernels:
-            pack_linears(model, engine_cfg.max_num_seqs)
+        kernels = cpu_kernels.load() if engine_cfg.fused_kernels else None
+        if config.draft_quantization != "int8" and engine_cfg.fused_kernels:
+            pack_linears(model, engine_cfg.max_num_seqs, kernels)
         self.model = model
         num_blocks = context.kv_cache_manager.num_blocks
         self.kv = KVCacheManager(num_blocks, engine_cfg.block_size)
-        kernels = cpu_kernels.load() if engine_cfg.fused_kernels else None
         self.runner = ModelRunner(model, num_blocks, engine_cfg.block_size, dtype, kernels)
         self.generator = torch.Generator().manual_seed(engine_cfg.seed or 0)
         self._shadows: dict[str, Request] = {}
