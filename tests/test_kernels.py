@@ -262,3 +262,18 @@ def test_packed_model_uses_tiles_and_matches_onednn():
     assert torch.equal(long_rows, reference)
     ulp = reference[:7].float().abs() * 2**-7 + 1e-6
     assert ((short_rows.float() - reference[:7].float()).abs() <= ulp).all()
+
+
+@pytest.mark.skipif(K is None or not K.has_tile_linear(), reason="no AMX projections here")
+@pytest.mark.parametrize("rows", [3, 64])
+def test_tile_linear_float_output_is_the_rounded_bf16_result(rows):
+    """The LM head's float32 logits hold exactly the bf16 projection's values."""
+    torch.manual_seed(7)
+    weight = K.pack_tile_weight(torch.randn(256, 64, dtype=torch.bfloat16))
+    x = torch.randn(rows, 64, dtype=torch.bfloat16)
+    as_float = K.tile_linear(x, weight, None, out_float=True)
+    assert as_float.dtype == torch.float32
+    assert torch.equal(as_float, K.tile_linear(x, weight, None).float())
+    strided = torch.randn(64, rows, dtype=torch.bfloat16).T  # non-contiguous input
+    expected = K.tile_linear(strided.contiguous(), weight, None)
+    assert torch.equal(K.tile_linear(strided, weight, None), expected)

@@ -450,12 +450,14 @@ at::Tensor pack_tile_weight(const at::Tensor& w) {
   return out;
 }
 
-// x [M, K] bf16 times a pack_tile_weight weight (+ bias [N]) -> [M, N] bf16.
-at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& w,
-                       const c10::optional<at::Tensor>& bias) {
+// x [M, K] bf16 times a pack_tile_weight weight (+ bias [N]) -> [M, N] bf16, or
+// float32 (holding the same bf16-rounded values) with out_float.
+at::Tensor tile_linear(const at::Tensor& x_in, const at::Tensor& w,
+                       const c10::optional<at::Tensor>& bias, bool out_float) {
   check_cpu_contiguous(w, "weight");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.device().is_cpu(),
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kBFloat16 && x_in.device().is_cpu(),
               "tile_linear: x must be bf16 [M, K] on the CPU");
+  const at::Tensor x = x_in.contiguous();
   TORCH_CHECK(w.dim() == 5 && w.scalar_type() == at::kBFloat16,
               "tile_linear: the weight must come from pack_tile_weight");
   const int64_t m = x.size(0), k = w.size(1) * 32, n = w.size(0) * 32;
@@ -464,20 +466,28 @@ at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& w,
     check_cpu_contiguous(*bias, "bias");
     TORCH_CHECK(bias->scalar_type() == at::kBFloat16 && bias->numel() == n, "tile_linear: bias");
   }
-  auto y = at::empty({m, n}, x.options());
+  auto y = at::empty({m, n}, x.options().dtype(out_float ? at::kFloat : at::kBFloat16));
   if (m == 0) return y;
-  const int64_t m_pad = (m + 15) / 16 * 16;
-  at::Tensor xp = x.contiguous();
-  if (m_pad != m) {
-    xp = at::zeros({m_pad, k}, x.options());
-    xp.narrow(0, 0, m).copy_(x);
-  }
 #if defined(SPECDEC_HAS_AMX)
   TORCH_CHECK(amx_usable(), "tile_linear: this CPU has no usable AMX tiles");
-  tile_linear_rows(xp.data_ptr<BFloat16>(),
-                   reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>()),
-                   bias ? bias->data_ptr<BFloat16>() : nullptr, y.data_ptr<BFloat16>(), m, m_pad,
-                   n, k);
+  alignas(64) BFloat16 tail[16 * 512];  // the last m % 16 rows, zero-padded
+  std::vector<BFloat16> tail_heap;
+  BFloat16* tail_rows = tail;
+  if (m % 16) {
+    if (k > 512) {
+      tail_heap.resize(16 * k);
+      tail_rows = tail_heap.data();
+    }
+    std::memset(tail_rows, 0, 16 * k * sizeof(BFloat16));
+    std::memcpy(tail_rows, x.data_ptr<BFloat16>() + (m / 16 * 16) * k,
+                (m % 16) * k * sizeof(BFloat16));
+  }
+  const BFloat16* b = bias ? bias->data_ptr<BFloat16>() : nullptr;
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>());
+  if (out_float)
+    tile_linear_rows(x.data_ptr<BFloat16>(), tail_rows, wp, b, y.data_ptr<float>(), m, n, k);
+  else
+    tile_linear_rows(x.data_ptr<BFloat16>(), tail_rows, wp, b, y.data_ptr<BFloat16>(), m, n, k);
 #else
   TORCH_CHECK(false, "tile_linear: built without AMX");
 #endif
@@ -493,7 +503,7 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& weight,
                    const c10::optional<at::Tensor>& bias,
                    const c10::optional<at::Tensor>& scales,
                    const c10::optional<at::Tensor>& tiles) {
-  if (tiles && x.size(0) <= kTileLinearMaxRows) return tile_linear(x, *tiles, bias);
+  if (tiles && x.size(0) <= kTileLinearMaxRows) return tile_linear(x, *tiles, bias, false);
   if (weight.scalar_type() == at::kChar) {
     TORCH_CHECK(scales.has_value(), "an int8 projection needs its scales");
     at::Tensor y = at::_weight_int8pack_mm(x.to(scales->scalar_type()), weight, *scales);
@@ -558,7 +568,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
   m.def("has_tile_linear", &has_tile_linear, "whether AMX projections can run here");
   m.def("pack_tile_weight", &pack_tile_weight, "pre-pack a bf16 [N, K] weight for tile_linear");
-  m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight");
+  m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("out_float") = false);
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
   m.def("decoder_stack", &decoder_stack, "all decoder layers of a kernel-group step");
 }

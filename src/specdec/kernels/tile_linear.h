@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "attention_amx.h"
 
@@ -50,21 +51,30 @@ inline void configure_linear_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// Round a float32 [16 x 16] tile (+ bias) to bf16 rows mrow .. of y, columns ncol ..
-inline void store_tile_rows(const float* c, const BFloat16* bias, BFloat16* y, int64_t rows,
+// Round a float32 [16 x 16] tile (+ bias) into rows of y (bf16, or float32 holding
+// the bf16-rounded values), columns ncol ..
+template <typename Out>
+inline void store_tile_rows(const float* c, const BFloat16* bias, Out* y, int64_t rows,
                             int64_t n, int64_t ncol) {
   const __m512 b = bias ? Vec16::load(bias + ncol).v : _mm512_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
-    const __m512 v = _mm512_add_ps(_mm512_loadu_ps(c + r * 16), b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * n + ncol),
-                        (__m256i)_mm512_cvtneps_pbh(v));
+    const __m256i bf = (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(_mm512_loadu_ps(c + r * 16), b));
+    if constexpr (std::is_same_v<Out, BFloat16>) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * n + ncol), bf);
+    } else {
+      _mm512_storeu_ps(y + r * n + ncol,
+                       _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf), 16)));
+    }
   }
 }
 
-// x [m_pad, k] with m_pad % 16 == 0 (rows >= m are padding); y [m, n].
-inline void tile_linear_rows(const BFloat16* x, const uint16_t* w, const BFloat16* bias,
-                        BFloat16* y, int64_t m, int64_t m_pad, int64_t n, int64_t k) {
-  const int64_t pairs = n / 32, k_blocks = k / 32;
+// y [m, n] = x [m, k] W^T (+ bias). Rows come in blocks of 16; a last partial block
+// is read from tail, a zero-padded copy of x's last m % 16 rows ([16, k]).
+template <typename Out>
+void tile_linear_rows(const BFloat16* x, const BFloat16* tail, const uint16_t* w,
+                      const BFloat16* bias, Out* y, int64_t m, int64_t n, int64_t k) {
+  const int64_t pairs = n / 32, k_blocks = k / 32, m_pad = (m + 15) / 16 * 16;
+  auto rows_of = [&](int64_t m0) { return m0 + 16 <= m ? x + m0 * k : tail; };
   at::parallel_for(0, pairs, 1, [&](int64_t p0, int64_t p1) {
     configure_linear_tiles();
     alignas(64) float c[16 * 16];
@@ -74,6 +84,8 @@ inline void tile_linear_rows(const BFloat16* x, const uint16_t* w, const BFloat1
         const uint16_t* w_pair = w + pair * 32 * k;
         for (int64_t m0 = r0; m0 < r1; m0 += 32) {
           const bool two = m0 + 16 < r1;
+          const BFloat16* a0 = rows_of(m0);
+          const BFloat16* a1 = two ? rows_of(m0 + 16) : nullptr;
           _tile_zero(0);
           _tile_zero(1);
           _tile_zero(2);
@@ -86,11 +98,11 @@ inline void tile_linear_rows(const BFloat16* x, const uint16_t* w, const BFloat1
             }
             _tile_loadd(6, b, 64);
             _tile_loadd(7, b + 512, 64);
-            _tile_loadd(4, x + m0 * k + kb * 32, k * 2);
+            _tile_loadd(4, a0 + kb * 32, k * 2);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
             if (two) {
-              _tile_loadd(5, x + (m0 + 16) * k + kb * 32, k * 2);
+              _tile_loadd(5, a1 + kb * 32, k * 2);
               _tile_dpbf16ps(2, 5, 6);
               _tile_dpbf16ps(3, 5, 7);
             }

@@ -247,7 +247,11 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tie_word_embeddings:
             return F.linear(hidden, self.embed_tokens.weight).float()
-        return project(self.lm_head, hidden).float()
+        head = self.lm_head
+        if type(head) is PackedLinear and hidden.shape[0] <= head.tile_rows:
+            # bf16-rounded logits written straight as float32: no separate .float() pass
+            return head.kernels.tile_linear(hidden, head.tiles, head.bias, out_float=True)
+        return project(head, hidden).float()
 
     def load_hf_state_dict(self, weights) -> None:
         """Load HF-named tensors (``model.layers.0.self_attn.q_proj.weight`` ...)."""
