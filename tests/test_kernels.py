@@ -277,3 +277,17 @@ def test_tile_linear_float_output_is_the_rounded_bf16_result(rows):
     strided = torch.randn(64, rows, dtype=torch.bfloat16).T  # non-contiguous input
     expected = K.tile_linear(strided.contiguous(), weight, None)
     assert torch.equal(K.tile_linear(strided, weight, None), expected)
+
+
+@pytest.mark.parametrize("amx_attention", KERNEL_PATHS[1:], indirect=True, ids=["bf16", "bf16-amx"])
+def test_decode_and_verification_attend_identically(amx_attention):
+    """A query gives bit-identical output whether it is decoded alone or verified with
+    four draft tokens after it (so greedy output does not change with speculation)."""
+    q, cache, tables, _ = paged_case(amx_attention, 64, [120], [5], seed=11)
+    lens = [torch.tensor([v], dtype=torch.int32) for v in (0, 5, 120)]
+    verify = torch.empty_like(q)
+    K.paged_attention(verify, q, cache, tables, *lens, 16, 0.125, 0)
+    decode = torch.empty_like(q[:1])
+    alone = [torch.tensor([v], dtype=torch.int32) for v in (0, 1, 116)]
+    K.paged_attention(decode, q[:1].contiguous(), cache, tables, *alone, 16, 0.125, 0)
+    assert torch.equal(decode[0], verify[0])

@@ -11,21 +11,9 @@
 //      are rounded to bfloat16 position pairs, as in the vector kernel's pair path;
 //   3. P.V with AVX512-BF16 pair dot products, the queries' float32 accumulators in
 //      registers.
-// Needs block_size % 16 == 0 and head_dim % 32 == 0; the caller checks.
+// One call takes all KV heads of a request, so each 16-row slice of a cache block is
+// read whole. Needs block_size % 16 == 0 and head_dim % 32 == 0; the caller checks.
 #pragma once
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #define SPECDEC_HAS_AMX 1
@@ -61,8 +49,8 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Two sets of tiles 0/3 (scores), 1/4 (keys), 2/5 (queries): 16 rows of 64 bytes. Load once per
-// thread before attend_amx; release after (oneDNN loads its own configuration).
+// Two sets of tiles, 0/3 (scores), 1/4 (keys), 2/5 (queries), of 16 rows x 64 bytes.
+// Load once per thread before attend_amx; release after (oneDNN loads its own).
 inline void configure_attention_tiles() {
   TileConfig cfg;
   for (int t = 0; t < 6; ++t) {
@@ -132,6 +120,17 @@ struct QueryBlock {
   }
 };
 
+// The sum of 16 partial sums in one fixed order, for floats or lane-wise for Vec16s:
+// both softmax paths normalise a query with bit-identical sums, so a decode and the
+// same query inside a verification give the same output.
+template <typename T>
+inline T tree_sum(const T* part) {
+  T half[8], quarter[4];
+  for (int i = 0; i < 8; ++i) half[i] = part[i] + part[i + 8];
+  for (int i = 0; i < 4; ++i) quarter[i] = half[i] + half[i + 4];
+  return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+}
+
 // Softmax down each lane of scores [positions base .. hi) x 16 queries: mask and
 // scale in place, then exp into bf16 pairs (p, p + 1) per query; returns the sums.
 inline void softmax_columns(float* scores, uint32_t* probs, int64_t base, int64_t hi,
@@ -153,18 +152,21 @@ inline void softmax_columns(float* scores, uint32_t* probs, int64_t base, int64_
   const __m512i interleave = _mm512_set_epi16(
       31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  Vec16 row_sum = Vec16::zero();
+  Vec16 partial[16];  // partial[j]: positions base + j (mod 16), as softmax_rows sums
+  for (Vec16& v : partial) v = Vec16::zero();
   for (int64_t p = base; p < hi; p += 2) {
     const Vec16 a = (Vec16::load(scores + (p - base) * 16) - Vec16{row_max}).exp();
     const Vec16 b = p + 1 < hi
                         ? (Vec16::load(scores + (p + 1 - base) * 16) - Vec16{row_max}).exp()
                         : Vec16::zero();
-    row_sum = row_sum + a + b;
+    const int64_t j = (p - base) % 16;
+    partial[j] = partial[j] + a;
+    partial[j + 1] = partial[j + 1] + b;
     const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(b.v, a.v);  // [a | b]
     _mm512_storeu_si512(probs + (p - base) / 2 * 16,
                         _mm512_permutexvar_epi16(interleave, packed));
   }
-  row_sum.store(sums);
+  tree_sum(partial).store(sums);
 }
 
 // Softmax of queries 0 .. mb - 1 (mb <= 4: decodes, short verifications), one query
@@ -198,7 +200,9 @@ inline void softmax_rows(const float* scores, float* rows, BFloat16* probs, int6
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(probs + n * span + c),
                           (__m256i)_mm512_cvtneps_pbh(e.v));
     }
-    sums[n] = row_sum.sum();
+    alignas(64) float lanes[16];
+    row_sum.store(lanes);
+    sums[n] = tree_sum(lanes);
   }
 }
 

@@ -10,8 +10,9 @@ Forward contract shared by every registered model:
 returns hidden states ``[T, hidden]``; ``compute_logits(hidden [N, hidden])``
 returns float32 logits ``[N, vocab]``. A model that sets ``supports_fused_kernels``
 also runs with ``meta.kernels`` set: the same layers through the fused CPU kernels
-(residual add + RMSNorm, RoPE + KV write, paged attention, SiLU * up), with the
-projections still on PyTorch matmuls.
+(residual add + RMSNorm, RoPE + KV write, paged attention, SiLU * up). Projections
+run wherever their module says: a plain ``nn.Linear``, or a ``PackedLinear`` (oneDNN,
+or AMX tiles for decode-sized batches).
 """
 
 from __future__ import annotations

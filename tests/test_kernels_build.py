@@ -1,0 +1,21 @@
+"""The fused kernels must build wherever a compiler is present, or their tests
+(which skip when the build fails) would silently stop running."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from specdec import kernels
+
+
+def test_kernels_build_where_a_compiler_exists():
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("c++") or shutil.which("g++")) or not headers.exists():
+        pytest.skip("no C++ compiler or Python headers here")
+    if not kernels.enabled_by_env():
+        pytest.skip("fused kernels switched off by SPECDEC_KERNELS")
+    assert kernels.load() is not None, "the fused CPU kernels failed to build"
