@@ -49,16 +49,19 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Two sets of tiles, 0/3 (scores), 1/4 (keys), 2/5 (queries), of 16 rows x 64 bytes.
-// Load once per thread before attend_amx; release after (oneDNN loads its own).
-inline void configure_attention_tiles() {
+// Tiles 0 .. count - 1 as 16 rows x 64 bytes, for this thread. Load before the tile
+// kernels, _tile_release() after (oneDNN loads its own configuration).
+inline void configure_full_tiles(int count) {
   TileConfig cfg;
-  for (int t = 0; t < 6; ++t) {
+  for (int t = 0; t < count; ++t) {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
   _tile_loadconfig(&cfg);
 }
+
+// Two sets of tiles for attend_amx: 0/3 (scores), 1/4 (keys), 2/5 (queries).
+inline void configure_attention_tiles() { configure_full_tiles(6); }
 
 // dst[16 positions][16 queries] = K rows (stride bytes apart) . the queries' tile.
 // GCC's tile intrinsics paste the tile number into the assembly, so each tile set
@@ -228,11 +231,7 @@ void attend_values(const BFloat16* value_cache, const int32_t* table, int64_t bl
       const BFloat16* a = rows + j * row_stride;
       const BFloat16* b = j + 1 < n ? a + row_stride : zeros;
       __m512i pairs[NV];
-      for (int h = 0; h < NV / 2; ++h) {
-        const __m512i x = _mm512_loadu_si512(a + 32 * h), y = _mm512_loadu_si512(b + 32 * h);
-        pairs[2 * h] = _mm512_unpacklo_epi16(x, y);
-        pairs[2 * h + 1] = _mm512_unpackhi_epi16(x, y);
-      }
+      interleave_rows<NV>(a, b, pairs);
       for (int m = 0; m < QN; ++m) {
         const __m512bh w = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair[m * query_stride]));
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], (__m512bh)pairs[v], w);

@@ -112,6 +112,17 @@ struct OutputTile {
 };
 
 #if defined(__AVX512BF16__)
+// Rows a and b (NV * 16 bf16 each) interleaved element-wise into pairs (a[i], b[i]),
+// the operand of a pair dot product with a (p_a, p_b) weight; lanes in unpack order.
+template <int NV, typename T>
+inline void interleave_rows(const T* a, const T* b, __m512i* pairs) {
+  for (int h = 0; h < NV / 2; ++h) {
+    const __m512i x = _mm512_loadu_si512(a + 32 * h), y = _mm512_loadu_si512(b + 32 * h);
+    pairs[2 * h] = _mm512_unpacklo_epi16(x, y);
+    pairs[2 * h + 1] = _mm512_unpackhi_epi16(x, y);
+  }
+}
+
 // Scale and store a bf16 head accumulated by pair dot products, whose lanes are in
 // unpack order: acc[2h] lane 4L+k holds element 32h+8L+k, acc[2h+1] element 32h+8L+4+k.
 template <int NV>
@@ -146,11 +157,7 @@ struct OutputTile<T, NV, kPass, true> {
       const T* a = v_row[j];
       const T* b = j + 1 < n ? v_row[j + 1] : zeros;
       __m512i pairs[NV];
-      for (int h = 0; h < NV / 2; ++h) {
-        const __m512i x = _mm512_loadu_si512(a + 32 * h), y = _mm512_loadu_si512(b + 32 * h);
-        pairs[2 * h] = _mm512_unpacklo_epi16(x, y);
-        pairs[2 * h + 1] = _mm512_unpackhi_epi16(x, y);
-      }
+      interleave_rows<NV>(a, b, pairs);
       for (int m = 0; m < mb; ++m) {
         const float next = j + 1 < n ? prob[m][j + 1] : 0.f;
         const __m512bh p = (__m512bh)_mm512_set1_epi32(bf16_pair(prob[m][j], next));

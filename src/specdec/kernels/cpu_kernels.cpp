@@ -4,9 +4,10 @@
 // with one pass: residual add + RMSNorm, SiLU(gate) * up, RoPE + KV-cache write,
 // and paged attention that reads keys/values straight from the cache blocks
 // (no gather copy, each KV row read once for all query heads of its group; the
-// inner loop is in attention_tile.h). decoder_stack runs all layers of a decode
-// step in one call; argmax_rows serves greedy sampling. float32 and bfloat16;
-// accumulation is always float32.
+// inner loops are in attention_tile.h, and attention_amx.h for bfloat16 on AMX).
+// tile_linear (tile_linear.h) runs decode-sized bfloat16 projections on AMX tiles.
+// decoder_stack runs all layers of a decode step in one call; argmax_rows serves
+// greedy sampling. float32 and bfloat16; accumulation is always float32.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>

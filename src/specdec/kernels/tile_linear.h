@@ -42,14 +42,7 @@ inline void pack_tile_layout(const uint16_t* w, uint16_t* out, int64_t n, int64_
 }
 
 // Tiles 0-3: C for rows (m, m + 16) x columns (n, n + 16); 4, 5: A rows; 6, 7: B.
-inline void configure_linear_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
+inline void configure_linear_tiles() { configure_full_tiles(8); }
 
 // Round a float32 [16 x 16] tile (+ bias) into rows of y (bf16, or float32 holding
 // the bf16-rounded values), columns ncol ..
