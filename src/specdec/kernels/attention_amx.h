@@ -222,9 +222,8 @@ void attend_values(const BFloat16* value_cache, const int32_t* table, int64_t bl
   for (int m = 0; m < QN; ++m)
     for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
   for (int64_t p0 = base; p0 < hi; p0 += 16) {
-    const BFloat16* rows = value_cache +
-                           (static_cast<int64_t>(table[p0 / block_size]) * block_size +
-                            p0 % block_size) * row_stride + head_offset;
+    const BFloat16* rows =
+        value_cache + cache_slot(table, p0, block_size) * row_stride + head_offset;
     const int64_t n = std::min<int64_t>(16, hi - p0);
     const uint32_t* pair = probs + (p0 - base) / 2 * pair_stride;
     for (int64_t j = 0; j < n; j += 2, pair += pair_stride) {
@@ -275,9 +274,6 @@ void attend_amx(BFloat16* out, const BFloat16* q, const BFloat16* key_cache,
   constexpr int64_t kMaxHeads = 16;
   const int64_t group = hq / hkv, m_count = q_len * group, row_stride = hkv * dim;
   const int64_t row_bytes = row_stride * static_cast<int64_t>(sizeof(BFloat16));
-  auto slot_of = [&](int64_t p) {
-    return static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
-  };
   for (int64_t h0 = 0; h0 < hkv; h0 += kMaxHeads) {
     const int64_t heads = std::min(kMaxHeads, hkv - h0);
     for (int64_t m0 = 0; m0 < m_count; m0 += 16) {
@@ -294,7 +290,7 @@ void attend_amx(BFloat16* out, const BFloat16* q, const BFloat16* key_cache,
 
       // 1. scores^T per head, one AMX tile product per 16 positions.
       for (int64_t p0 = base; p0 < hi; p0 += 16) {
-        const BFloat16* k = key_cache + slot_of(p0) * row_stride + h0 * dim;
+        const BFloat16* k = key_cache + cache_slot(table, p0, block_size) * row_stride + h0 * dim;
         float* dst = scratch.scores.data() + (p0 - base) * 16;
         // Alternate two tile sets so consecutive heads' products overlap.
         int64_t h = 0;

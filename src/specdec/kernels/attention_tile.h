@@ -169,6 +169,11 @@ struct OutputTile<T, NV, kPass, true> {
 };
 #endif
 
+// The cache slot of context position p through a request's block table.
+inline int64_t cache_slot(const int32_t* table, int64_t p, int64_t block_size) {
+  return static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+}
+
 // Ask for the next chunk's K/V rows while this one computes.
 template <typename T>
 inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t block_size,
@@ -176,7 +181,7 @@ inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t
                            int64_t offset, int64_t row_bytes) {
   const int64_t end = std::min<int64_t>(p0 + 16, hi);
   for (int64_t p = p0; p < end; ++p) {
-    const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
+    const int64_t slot = cache_slot(table, p, block_size);
     const char* k = reinterpret_cast<const char*>(key_cache + slot * row_stride + offset);
     const char* v = reinterpret_cast<const char*>(value_cache + slot * row_stride + offset);
     for (int64_t b = 0; b < row_bytes; b += 64) {
@@ -226,8 +231,7 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
       const int64_t n = std::min<int64_t>(16, hi - p0);
       for (int64_t j = 0; j < n; ++j) {
         const int64_t p = p0 + j;
-        const int64_t slot = static_cast<int64_t>(table[p / block_size]) * block_size +
-                             p % block_size;
+        const int64_t slot = cache_slot(table, p, block_size);
         k_row[j] = key_cache + slot * row_stride + kv_head * dim;
         v_row[j] = value_cache + slot * row_stride + kv_head * dim;
       }

@@ -471,18 +471,13 @@ at::Tensor tile_linear(const at::Tensor& x_in, const at::Tensor& w,
   if (m == 0) return y;
 #if defined(SPECDEC_HAS_AMX)
   TORCH_CHECK(amx_usable(), "tile_linear: this CPU has no usable AMX tiles");
-  alignas(64) BFloat16 tail[16 * 512];  // the last m % 16 rows, zero-padded
-  std::vector<BFloat16> tail_heap;
-  BFloat16* tail_rows = tail;
+  thread_local std::vector<BFloat16> tail;  // the last m % 16 rows, zero-padded
   if (m % 16) {
-    if (k > 512) {
-      tail_heap.resize(16 * k);
-      tail_rows = tail_heap.data();
-    }
-    std::memset(tail_rows, 0, 16 * k * sizeof(BFloat16));
-    std::memcpy(tail_rows, x.data_ptr<BFloat16>() + (m / 16 * 16) * k,
+    tail.assign(16 * k, BFloat16(0.f));
+    std::memcpy(tail.data(), x.data_ptr<BFloat16>() + (m / 16 * 16) * k,
                 (m % 16) * k * sizeof(BFloat16));
   }
+  const BFloat16* tail_rows = tail.data();
   const BFloat16* b = bias ? bias->data_ptr<BFloat16>() : nullptr;
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>());
   if (out_float)
