@@ -139,16 +139,20 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A projection without nn.Module call overhead (quantised modules keep theirs)."""
+def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torch.Tensor:
+    """A projection without nn.Module call overhead (quantised modules keep theirs).
+    ``out_float``: the result (rounded in the model dtype) as float32; the AMX tiles
+    write it so directly, with no separate ``.float()`` pass."""
     kind = type(module)
+    if kind is PackedLinear and x.shape[0] <= module.tile_rows:
+        return module.kernels.tile_linear(x, module.tiles, module.bias, out_float=out_float)
     if kind is nn.Linear:
-        return F.linear(x, module.weight, module.bias)
-    if kind is PackedLinear:
-        if x.shape[0] <= module.tile_rows:
-            return module.kernels.tile_linear(x, module.tiles, module.bias)
-        return packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
-    return module(x)
+        y = F.linear(x, module.weight, module.bias)
+    elif kind is PackedLinear:
+        y = packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
+    else:
+        y = module(x)
+    return y.float() if out_float else y
 
 
 def _stack_weights(module: nn.Module) -> list | None:
@@ -248,11 +252,7 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tie_word_embeddings:
             return F.linear(hidden, self.embed_tokens.weight).float()
-        head = self.lm_head
-        if type(head) is PackedLinear and hidden.shape[0] <= head.tile_rows:
-            # bf16-rounded logits written straight as float32: no separate .float() pass
-            return head.kernels.tile_linear(hidden, head.tiles, head.bias, out_float=True)
-        return project(head, hidden).float()
+        return project(self.lm_head, hidden, out_float=True)
 
     def load_hf_state_dict(self, weights) -> None:
         """Load HF-named tensors (``model.layers.0.self_attn.q_proj.weight`` ...)."""
