@@ -101,3 +101,14 @@ def test_bad_engine_config(tiny_model_dir):
         LLM(model=str(tiny_model_dir), block_size=12)
     with pytest.raises(ValueError, match="sampling params for 2 prompts"):
         LLM(model=str(tiny_model_dir)).generate(["a", "b"], [SamplingParams()], use_tqdm=False)
+
+
+def test_grammar_paths_only_through_the_offline_api(llm, tmp_path):
+    path = tmp_path / "yn.lark"
+    path.write_text('start: "yes" | "no"\n')
+    out = llm.generate("Answer:", SamplingParams(max_tokens=4), grammar=str(path),
+                       use_tqdm=False)[0]
+    assert out.text in ("yes", "no")
+    with pytest.raises(ValueError, match="neither a file in grammars/") as info:
+        llm.engine.add_request("Answer:", SamplingParams(extra={"grammar": str(path)}))
+    assert "yes" not in str(info.value)

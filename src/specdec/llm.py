@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from specdec.config import EngineConfig
@@ -40,7 +41,8 @@ class LLM:
         """Generate for one prompt or many; returns outputs in prompt order.
 
         ``options`` are per-request plugin options (e.g. ``grammar="json.lark"``),
-        applied to every prompt; they travel in ``SamplingParams.extra``.
+        applied to every prompt; they travel in ``SamplingParams.extra``. Here (not in
+        the server) ``grammar`` may also be a path to a Lark file.
         """
         if isinstance(prompts, str) or (
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
@@ -98,10 +100,8 @@ class LLM:
             if len(params) != n:
                 raise ValueError(f"got {len(params)} sampling params for {n} prompts")
         if options:
-            from dataclasses import replace
-
             params = [replace(p, extra={**p.extra, **options}) for p in params]
-        return params
+        return [_with_grammar_file(p) for p in params]
 
     def _run(self, prompts: list[Prompt], params: list[SamplingParams], use_tqdm: bool):
         engine = self.engine
@@ -142,3 +142,14 @@ class LLM:
             if bar is not None:
                 bar.close()
         return [results[rid] for rid in added]
+
+
+def _with_grammar_file(params: SamplingParams) -> SamplingParams:
+    """A ``grammar`` option naming a file is read here: the engine reads no paths."""
+    grammar = params.extra.get("grammar")
+    if not isinstance(grammar, str):
+        return params
+    from specdec.structured.spec import read_grammar_path
+
+    text = read_grammar_path(grammar)
+    return params if text is grammar else replace(params, extra={**params.extra, "grammar": text})

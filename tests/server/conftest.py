@@ -75,3 +75,21 @@ def aborted_count(server) -> float:
         if line.startswith('specdec_requests_total{outcome="abort"}'):
             return float(line.split()[-1])
     raise AssertionError("no abort counter in /metrics")
+
+
+def assert_still_serving(server) -> None:
+    """``/health`` is ok and a plain completion succeeds (after a bad request)."""
+    import httpx
+
+    assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+    r = httpx.post(server.base_url + "/v1/completions", headers=AUTH, timeout=30,
+                   json={"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def error_of(response) -> dict:
+    """The OpenAI-style ``error`` object of a 4xx/5xx response (all four keys present)."""
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    return error

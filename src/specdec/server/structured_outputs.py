@@ -15,6 +15,9 @@ Body field                                                Engine option (``extra
 At most one constraint may be given; two are a 400, never a silent choice. The
 options are checked by the structured plugin when the request is admitted, so an
 invalid schema, regex or grammar is refused before any token is generated.
+
+A grammar from a client is Lark text or the name of a shipped grammar, never a path:
+it is checked here, so the 400 names the field, and again (paths off) by the plugin.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import Any
 
 from specdec.server.errors import BadRequestError
 from specdec.server.protocol import SamplingFields
+from specdec.structured.errors import ConstraintError
+from specdec.structured.spec import grammar_text
 
 STRUCTURED_OPTIONS = ("json_schema", "regex", "choice", "grammar")
 
@@ -58,6 +63,10 @@ def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> 
             f"give one structured-output constraint, got {', '.join(n for n, _ in found)}"
         )
     options = found[0][1] if found else {}
+    if "grammar" in options:
+        where = found[0][0]
+        _check_grammar(options["grammar"], f"{where}.grammar" if where == "structured_outputs"
+                       else where)
     if body.guided_whitespace_pattern is not None:
         options = {**options, "whitespace_pattern": body.guided_whitespace_pattern}
     if options and not set(STRUCTURED_OPTIONS) & engine_options:
@@ -102,6 +111,14 @@ def _vllm_option(so) -> dict[str, Any]:
     if so.whitespace_pattern is not None:
         option["whitespace_pattern"] = so.whitespace_pattern
     return option
+
+
+def _check_grammar(grammar: str, param: str) -> None:
+    """Grammar text or a shipped grammar's name; paths are refused without a file read."""
+    try:
+        grammar_text(grammar, allow_paths=False)
+    except ConstraintError as exc:
+        raise BadRequestError(f"{param}: {exc}", param=param) from None
 
 
 def _schema(schema: Any, param: str) -> Any:

@@ -53,7 +53,8 @@ def compile_constraint(tokenizer, *, grammar: str | None = None, regex: str | No
     Raises :class:`~specdec.structured.errors.ConstraintError` on invalid input.
     """
     spec = constraint_spec(grammar=grammar, regex=regex, json_schema=json_schema,
-                           choice=choice, whitespace_pattern=whitespace_pattern)
+                           choice=choice, whitespace_pattern=whitespace_pattern,
+                           allow_paths=True)
     return compile_spec(spec, token_vocabulary(tokenizer, vocab_size, eos_token_ids))
 
 

@@ -1,9 +1,14 @@
 """A constraint request, normalised: what to compile, before any vocabulary is involved.
 
 ``constraint_spec(grammar=..., regex=..., json_schema=..., choice=...)`` checks that
-exactly one is given, resolves grammar files, turns JSON schemas and choice lists into
+exactly one is given, resolves grammar names, turns JSON schemas and choice lists into
 regexes, and raises :class:`ConstraintError` for anything invalid. It is quick and
 synchronous, so a bad request is refused before it is queued.
+
+A grammar is Lark text or the name of a shipped grammar (``"json"``, ``"json.lark"``).
+File paths are read only with ``allow_paths=True`` (the offline API and the CLI): the
+engine and the server never pass it, so no client can make the server read a file, and
+no error message quotes a file or tells whether it exists.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from specdec.structured.errors import ConstraintError
 from specdec.structured.json_schema import schema_to_regex
 
 OPTION_NAMES = ("grammar", "regex", "json_schema", "choice")
+SHIPPED_NAME = re.compile(r"[A-Za-z0-9_-]+(\.lark)?")
+# A relative %import makes lark open "<cwd or script dir>/<name>.lark": a file read.
+RELATIVE_IMPORT = re.compile(r"^\s*%import\s+\.", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,8 @@ def available_grammars() -> list[str]:
 
 def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
                     json_schema: Any = None, choice: list[str] | None = None,
-                    whitespace_pattern: str | None = None) -> ConstraintSpec:
+                    whitespace_pattern: str | None = None,
+                    allow_paths: bool = False) -> ConstraintSpec:
     given = {k: v for k, v in dict(grammar=grammar, regex=regex, json_schema=json_schema,
                                    choice=choice).items() if v is not None}
     if len(given) != 1:
@@ -51,7 +60,7 @@ def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
             f"give exactly one of {', '.join(OPTION_NAMES)}; got {sorted(given) or 'none'}"
         )
     if grammar is not None:
-        return ConstraintSpec("grammar", grammar_text(grammar), _short(grammar))
+        return ConstraintSpec("grammar", grammar_text(grammar, allow_paths), _short(grammar))
     if regex is not None:
         if not isinstance(regex, str) or not regex:
             raise ConstraintError(f"regex must be a non-empty string, got {regex!r}")
@@ -63,26 +72,50 @@ def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
     return ConstraintSpec("regex", choice_regex(choice), "choice")
 
 
-def grammar_text(grammar: str) -> str:
-    """A grammar file name from ``grammars/`` (``"json.lark"`` or ``"json"``), a path, or text."""
+def grammar_text(grammar: str, allow_paths: bool = False) -> str:
+    """Lark text for a shipped grammar's name (``"json.lark"`` or ``"json"``) or for text.
+
+    ``allow_paths``: a one-line string naming an existing file is read too (offline use
+    only; never for a grammar that came from a client).
+    """
     if not isinstance(grammar, str) or not grammar.strip():
-        raise ConstraintError(f"grammar must be a non-empty string, got {grammar!r}")
-    if "\n" not in grammar and ":" not in grammar:
-        name = grammar if grammar.endswith(".lark") else grammar + ".lark"
-        shipped = grammars_dir() / name
-        if shipped.is_file():
-            return shipped.read_text()
+        raise ConstraintError(f"grammar must be a non-empty string, got {grammar!r:.60}")
+    shipped = shipped_grammar(grammar)
+    if shipped is not None:
+        return shipped
+    one_line = "\n" not in grammar
+    if allow_paths and one_line:
         path = Path(grammar).expanduser()
         if path.is_file():
             return path.read_text()
+    if one_line and ":" not in grammar:  # every Lark rule has a ':'
+        where = ", a path," if allow_paths else ""
         raise ConstraintError(
-            f"grammar {grammar!r} is neither a file in grammars/ "
-            f"({', '.join(available_grammars())}), a path, nor Lark grammar text"
+            f"grammar {_short(grammar)!r} is neither a file in grammars/ "
+            f"({', '.join(available_grammars())}){where} nor Lark grammar text"
         )
-    path = Path(grammar).expanduser() if "\n" not in grammar else None
-    if path is not None and path.suffix == ".lark" and path.is_file():
-        return path.read_text()
+    if not allow_paths and RELATIVE_IMPORT.search(grammar):
+        raise ConstraintError("grammar: relative %import is not allowed; import from lark's "
+                              "library (%import common.X) or a shipped grammar")
     return grammar
+
+
+def read_grammar_path(grammar: Any) -> Any:
+    """Offline API and CLI only: a path to a grammar file becomes its text; else unchanged."""
+    if not isinstance(grammar, str) or "\n" in grammar or not grammar.strip():
+        return grammar
+    if shipped_grammar(grammar) is not None:
+        return grammar  # keep the name: messages say "compiling json.lark"
+    path = Path(grammar).expanduser()
+    return path.read_text() if path.is_file() else grammar
+
+
+def shipped_grammar(name: str) -> str | None:
+    """The text of ``grammars/<name>`` (``.lark`` optional), or None if it is not one."""
+    if not SHIPPED_NAME.fullmatch(name):
+        return None
+    path = grammars_dir() / (name if name.endswith(".lark") else name + ".lark")
+    return path.read_text() if path.is_file() else None
 
 
 def check_regex(pattern: str) -> None:
@@ -104,5 +137,5 @@ def choice_regex(choices: Any) -> str:
 
 
 def _short(text: str) -> str:
-    line = text.strip().splitlines()[0]
+    line = (text.strip().splitlines() or [""])[0]
     return line if len(line) <= 60 else line[:57] + "..."
