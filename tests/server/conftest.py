@@ -26,8 +26,9 @@ def server(tiny_model_dir) -> LiveServer:
     from specdec.server import create_app
 
     engine = tiny_engine(tiny_model_dir)
-    live = start_server(create_app(engine, model_name=MODEL_NAME, api_key=API_KEY))
-    live.engine = engine
+    app = create_app(engine, model_name=MODEL_NAME, api_key=API_KEY)
+    live = start_server(app)
+    live.engine, live.app = engine, app
     yield live
     live.stop()
 

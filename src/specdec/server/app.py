@@ -2,7 +2,8 @@
 
 ``create_app(engine)`` takes a built ``LLMEngine`` (so tests and embedders choose the
 model and plugins); ``specdec serve`` builds one from the command line. The engine
-thread starts with the app and stops with it.
+thread and the prompt workers start with the app and stop with it. Request bodies over
+``options.max_request_bytes`` are refused (413) before they are parsed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from specdec.engine import LLMEngine
 from specdec.server import chat, completions
 from specdec.server.async_engine import AsyncEngine
 from specdec.server.auth import APIKeyMiddleware
+from specdec.server.body_limit import BodyLimitMiddleware
 from specdec.server.errors import error_body, install_error_handlers
 from specdec.server.metrics import ServerMetrics
+from specdec.server.options import ServerOptions
+from specdec.server.prompts import PromptPreparer
 from specdec.server.state import ServerState, State
 
 
@@ -28,10 +32,13 @@ def default_model_name(engine: LLMEngine) -> str:
 
 
 def create_app(engine: LLMEngine, model_name: str | None = None,
-               api_key: str | None = None) -> FastAPI:
+               api_key: str | None = None, options: ServerOptions | None = None) -> FastAPI:
+    options = options or ServerOptions()
     metrics = ServerMetrics()
     async_engine = AsyncEngine(engine, on_finished=metrics.request_finished)
-    state = ServerState(async_engine, model_name or default_model_name(engine), metrics)
+    prompts = PromptPreparer(engine.tokenizer, engine.max_model_len, options)
+    state = ServerState(async_engine, model_name or default_model_name(engine), metrics,
+                        options, prompts)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -40,6 +47,7 @@ def create_app(engine: LLMEngine, model_name: str | None = None,
             yield
         finally:
             async_engine.shutdown()
+            prompts.shutdown()
 
     app = FastAPI(title="specdec", lifespan=lifespan)
     app.state.specdec = state
@@ -47,7 +55,8 @@ def create_app(engine: LLMEngine, model_name: str | None = None,
     app.include_router(completions.router)
     app.include_router(chat.router)
     _add_info_routes(app)
-    if api_key:
+    app.add_middleware(BodyLimitMiddleware, max_bytes=options.max_request_bytes)
+    if api_key:  # outermost: an unauthenticated body is never read
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
     return app
 

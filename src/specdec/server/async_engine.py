@@ -94,12 +94,14 @@ class AsyncEngine:
 
     # ------------------------------------------------------ loop-side API
 
-    async def add(self, prompt: str | list[int], params: SamplingParams,
+    async def add(self, prompt: list[int], params: SamplingParams,
                   prefix: str = "req", fill_max_tokens: bool = False) -> RequestStream:
-        """Queue a request; raises the engine's ``ValueError`` if it is refused.
+        """Queue a tokenized prompt; raises the engine's ``ValueError`` if it is refused.
 
+        Prompts are tokenized by the caller (in the prompt workers), never here: the
+        engine thread must not spend seconds on a huge prompt while others stream.
         ``fill_max_tokens``: the client gave no ``max_tokens``; allow whatever context the
-        prompt leaves (known only once it is tokenized, on the engine thread).
+        prompt leaves.
 
         The stream is registered before admission, so outputs of the engine's next step
         (which may reach the loop before this coroutine resumes) are never dropped.
@@ -124,9 +126,7 @@ class AsyncEngine:
             raise
         return stream
 
-    def _context_left(self, prompt: str | list[int]) -> int:
-        if isinstance(prompt, str):
-            prompt = self.engine.tokenizer.encode(prompt, add_special_tokens=False)
+    def _context_left(self, prompt: list[int]) -> int:
         pool_tokens = self.engine.kv.num_blocks * self.engine.kv.block_size
         return max(1, min(self.engine.max_model_len, pool_tokens) - len(prompt))
 

@@ -1,4 +1,8 @@
-"""``POST /v1/chat/completions``: messages through the model's chat template."""
+"""``POST /v1/chat/completions``: messages through the model's chat template.
+
+The template is rendered and the prompt tokenized in the prompt workers
+(:mod:`~specdec.server.prompts`); the engine receives token ids.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from specdec.outputs import RequestOutput
 from specdec.server.errors import BadRequestError
 from specdec.server.logprobs import chat_logprobs, delta_logprobs
+from specdec.server.prompts import PromptPreparer, check_text
 from specdec.server.protocol import ChatCompletionRequest
 from specdec.server.sampling import sampling_params
 from specdec.server.state import State
@@ -19,23 +24,28 @@ from specdec.server.streaming import admit, final_output, finish_reason, sse_eve
 router = APIRouter()
 
 
-def render_chat(tokenizer, body: ChatCompletionRequest) -> str:
-    """The prompt text; the engine tokenizes it (special tokens in it are recognised)."""
+async def chat_prompt(prompts: PromptPreparer, body: ChatCompletionRequest) -> list[int]:
+    """The prompt's token ids (special tokens in the rendered text are recognised)."""
     if not body.messages:
         raise BadRequestError("messages must not be empty", param="messages")
     if body.tools:
         raise BadRequestError("tools are not supported", param="tools")
-    if not tokenizer.chat_template:
-        raise BadRequestError("this model has no chat template; use /v1/completions")
-    try:
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=body.add_generation_prompt,
-            **(body.chat_template_kwargs or {}),
-        )
-    except Exception as exc:  # noqa: BLE001 - template errors (e.g. role order) are user errors
-        raise BadRequestError(f"cannot apply the chat template: {exc}",
-                              param="messages") from None
+    messages = []
+    for i, m in enumerate(body.messages):
+        try:
+            text = m.text()
+        except ValueError as exc:
+            raise BadRequestError(str(exc), param=f"messages[{i}].content") from None
+        check_text(text, f"messages[{i}].content")
+        messages.append({"role": m.role, "content": text})
+    kwargs = dict(body.chat_template_kwargs or {})
+    template = kwargs.pop("chat_template", None)
+    if body.chat_template is not None:
+        template = body.chat_template
+    if template is not None and not isinstance(template, str):
+        raise BadRequestError("chat_template must be a string", param="chat_template")
+    text = await prompts.render_chat(messages, body.add_generation_prompt, kwargs, template)
+    return await prompts.tokenize(text, "messages")
 
 
 @router.post("/v1/chat/completions")
@@ -43,13 +53,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  state: State):
     state.check_model(body.model)
     tok = state.tokenizer
-    prompt = render_chat(tok, body)
     max_tokens = body.max_tokens
     if body.max_completion_tokens is not None:
         max_tokens = body.max_completion_tokens
     top_n = body.top_logprobs or 0
     params = sampling_params(body, 1 if max_tokens is None else max_tokens,
                              top_n if body.logprobs else None, state.request_options)
+    prompt = await chat_prompt(state.prompts, body)
     stream = await admit(state.engine, state.metrics, prompt, params, "chatcmpl",
                          fill_max_tokens=max_tokens is None)
     created, completion_id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex}"

@@ -40,6 +40,8 @@ async def create_completion(body: CompletionRequest, request: Request,
     prompt = single_prompt(body.prompt)
     max_tokens = 16 if body.max_tokens is None else body.max_tokens  # OpenAI's default
     params = sampling_params(body, max_tokens, body.logprobs, state.request_options)
+    if isinstance(prompt, str):
+        prompt = await state.prompts.tokenize(prompt, "prompt")
     stream = await admit(state.engine, state.metrics, prompt, params, "cmpl", False)
     created, completion_id = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
     head = {"id": completion_id, "object": "text_completion", "created": created,

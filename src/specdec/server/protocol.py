@@ -103,4 +103,5 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     add_generation_prompt: bool = True
+    chat_template: str | None = None  # refused unless --trust-request-chat-template
     chat_template_kwargs: dict[str, Any] | None = None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from specdec.server.options import ServerOptions
+
 API_KEY_ENV = "SPECDEC_API_KEY"
 
 
@@ -25,6 +27,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-plugin", action="append", default=[],
                         help="block a plugin by name (repeatable)")
     parser.add_argument("--log-level", default="info")
+    defaults = ServerOptions()
+    parser.add_argument("--max-request-bytes", type=int, default=defaults.max_request_bytes,
+                        help="larger request bodies get HTTP 413 (default: 8 MiB)")
+    parser.add_argument("--trust-request-chat-template", action="store_true",
+                        help="accept a chat_template in requests (rendered sandboxed, "
+                             "time-limited); refused with 400 otherwise")
+    parser.add_argument("--chat-template-timeout", type=float,
+                        default=defaults.template_timeout_s,
+                        help="seconds a chat template may take to render")
+    parser.add_argument("--stream-stall-timeout", type=float,
+                        default=defaults.stream_stall_timeout_s,
+                        help="abort a request whose client stopped reading for this many "
+                             "seconds (it is paused meanwhile)")
+
+
+def server_options(args: argparse.Namespace) -> ServerOptions:
+    return ServerOptions(max_request_bytes=args.max_request_bytes,
+                         trust_request_chat_template=args.trust_request_chat_template,
+                         template_timeout_s=args.chat_template_timeout,
+                         stream_stall_timeout_s=args.stream_stall_timeout)
 
 
 def main(args: argparse.Namespace, engine_kwargs: dict) -> int:
@@ -39,6 +61,7 @@ def main(args: argparse.Namespace, engine_kwargs: dict) -> int:
     engine = LLMEngine(EngineConfig(
         **engine_kwargs, plugins=list(args.plugin), disable_plugins=list(args.disable_plugin),
     ))
-    app = create_app(engine, model_name=args.served_model_name, api_key=args.api_key)
+    app = create_app(engine, model_name=args.served_model_name, api_key=args.api_key,
+                     options=server_options(args))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

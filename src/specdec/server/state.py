@@ -10,6 +10,8 @@ from fastapi import Depends, Request
 from specdec.server.async_engine import AsyncEngine
 from specdec.server.errors import EngineUnavailableError, ModelNotFoundError
 from specdec.server.metrics import ServerMetrics
+from specdec.server.options import ServerOptions
+from specdec.server.prompts import PromptPreparer
 
 
 @dataclass
@@ -17,6 +19,8 @@ class ServerState:
     engine: AsyncEngine
     model_name: str  # the id clients send as "model" and /v1/models lists
     metrics: ServerMetrics
+    options: ServerOptions
+    prompts: PromptPreparer  # chat templates and tokenization, in worker threads
 
     @property
     def request_options(self) -> frozenset[str]:

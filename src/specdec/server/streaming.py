@@ -33,7 +33,7 @@ class GenerationError(APIError):
     error_type = "server_error"
 
 
-async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: str | list[int],
+async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: list[int],
                 params: SamplingParams, prefix: str, fill_max_tokens: bool) -> RequestStream:
     """Queue the request; the engine's refusal (bad prompt, constraint...) becomes a 400."""
     try:
