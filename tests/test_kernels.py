@@ -154,12 +154,13 @@ def test_paged_attention_long_context_large_blocks(amx_attention, bs):
     torch.testing.assert_close(out.float(), expected, atol=1e-2, rtol=1e-2)
 
 
-def test_amx_attention_where_the_cpu_has_amx():
-    from specdec.model.builder import cpuinfo_field
+def test_amx_kernels_exactly_at_the_amx_level():
+    """Built in at the amx level (where the CPU has AMX), absent below it (a forced
+    avx512 or avx2 level must not run AMX instructions)."""
+    from specdec import isa
 
-    flags = (cpuinfo_field("flags") or "").split()
-    if {"amx_tile", "amx_bf16", "avx512_bf16"} <= set(flags):
-        assert K.has_amx_attention()
+    assert K.has_amx_attention() == (isa.level() == "amx")
+    assert K.has_tile_linear() == (isa.level() == "amx")
 
 
 def test_paged_attention_rejects_bad_tables():

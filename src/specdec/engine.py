@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from specdec import kernels
+from specdec import isa, kernels
 from specdec.config import EngineConfig
 from specdec.core.kv_cache_manager import KVCacheManager
 from specdec.core.model_runner import ModelRunner
@@ -23,7 +23,7 @@ from specdec.detokenizer import IncrementalDetokenizer
 from specdec.engine_context import EngineContext
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config, resolve_dtype
-from specdec.model.packed_linear import pack_linears
+from specdec.model.packed_linear import pack_linears, weight_layout
 from specdec.model.registry import ModelRegistry
 from specdec.outputs import RequestMetrics, RequestOutput
 from specdec.plugins.manager import make_plugin_manager, plugin_name
@@ -378,6 +378,9 @@ class LLMEngine:
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
             dtype=str(self.dtype).removeprefix("torch."),
+            isa=isa.level(),
+            weight_layout=weight_layout(self.model),
+            fused_kernels=self.runner.kernels is not None,
         )
         for extra in self.pm.hook.specdec_stats():
             stats.update(extra or {})

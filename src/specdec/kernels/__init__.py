@@ -2,10 +2,13 @@
 ``attention_amx.h`` and ``tile_linear.h``),
 compiled on first use.
 
-The extension is built once per (source, torch version, CPU) into the specdec cache
-directory with ``-O3 -march=native`` and reused afterwards (about a minute the first
-time). Where it cannot be built (no compiler, another platform) ``load()`` returns
-None and the model runs its eager PyTorch path; ``SPECDEC_KERNELS=0`` forces that.
+The extension is built once per (source, torch version, instruction-set level) into
+the specdec cache directory, with the level's own instruction-set flags (``isa.py``:
+``-mavx2 -mfma`` for avx2, never ``-march=native`` on x86, so ``SPECDEC_ISA=avx2`` on
+an AVX-512 machine builds and runs exactly what an AVX2-only CPU would), and reused
+afterwards (about 30 s the first time). Where it cannot be built (no compiler) or the
+level is ``eager``, ``load()`` returns None and the model runs its eager PyTorch path;
+``SPECDEC_KERNELS=0`` forces that too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from types import ModuleType
 
 import torch
 
+from specdec import isa
+
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
 HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h", "tile_linear.h")
 
@@ -32,10 +37,10 @@ def enabled_by_env() -> bool:
 @functools.cache
 def load() -> ModuleType | None:
     """The compiled kernels module, or None where they are off or cannot be built."""
-    if not enabled_by_env():
+    if not enabled_by_env() or isa.level() == "eager":
         return None
     try:
-        return _build()
+        return _build(isa.level())
     except Exception as exc:  # compiler missing, headers missing, unsupported platform
         warnings.warn(
             f"specdec: fused CPU kernels unavailable ({type(exc).__name__}: "
@@ -47,23 +52,36 @@ def load() -> ModuleType | None:
         return None
 
 
-def _build() -> ModuleType:
-    from torch.utils import cpp_extension
+def build_flags(level: str) -> list[str]:
+    """Compiler flags of the kernel build at ``level``."""
+    tune = ["-mtune=native"] if level != "native" else []
+    return ["-O3", *isa.compiler_flags(level, isa.cpu_flags()), *tune, "-fopenmp",
+            "-ffp-contract=off", "-fno-math-errno"]
 
-    from specdec.model.builder import cpuinfo_field
-    from specdec.model.loader import cache_root
 
+def build_tag(level: str) -> str:
+    """The build cache entry of ``level``: sources, torch, flags (and for a native build
+    the CPU's flags, which decide what ``-march=native`` means)."""
     key = hashlib.blake2b(digest_size=8)
     for path in (SOURCE, *(SOURCE.with_name(h) for h in HEADERS)):
         key.update(path.read_bytes())
-    cpu = cpuinfo_field("flags", "Features") or platform.processor()
-    key.update(f"{torch.__version__}|{platform.machine()}|{cpu}".encode())
-    tag = key.hexdigest()
+    native = " ".join(sorted(isa.cpu_flags())) if level == "native" else ""
+    key.update(f"{torch.__version__}|{platform.machine()}|{build_flags(level)}|{native}".encode())
+    return f"{level}-{key.hexdigest()}"
+
+
+def _build(level: str) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    from specdec.model.loader import cache_root
+
+    tag = build_tag(level)
     build_dir = cache_root() / "kernels" / tag
     build_dir.mkdir(parents=True, exist_ok=True)
-    name = f"specdec_cpu_kernels_{tag}"
+    name = f"specdec_cpu_kernels_{tag.replace('-', '_')}"
     if not any(build_dir.glob(f"{name}*.so")):
-        print(f"specdec: building the fused CPU kernels into {build_dir} (once, ~30 s)",
+        print(f"specdec: building the fused CPU kernels ({level}) into {build_dir} "
+              "(once, ~30 s)",
               file=sys.stderr, flush=True)
     torch_lib = Path(torch.__file__).parent / "lib"
     # Link the OpenMP runtime torch itself loaded, so at::parallel_for shares its pool.
@@ -72,8 +90,7 @@ def _build() -> ModuleType:
         name=name,
         sources=[str(SOURCE)],
         build_directory=str(build_dir),
-        extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffp-contract=off",
-                      "-fno-math-errno"],
+        extra_cflags=build_flags(level),
         extra_ldflags=[f"-L{torch_lib}", *gomp],
         verbose=False,
     )

@@ -54,16 +54,24 @@ def resolve_dtype(name: str) -> torch.dtype:
 def fastest_matmul_dtype() -> torch.dtype:
     """The faster of bf16 and fp32 for batched-decode matmuls on this machine.
 
-    Measured, not assumed, once per (CPU, torch version, threads) and remembered in the
-    cache directory, so a run that happens to share the cores with a busy neighbour does
-    not flip later runs to a different dtype (and different numerics).
+    Below the avx512 level the CPU has no bf16 arithmetic and oneDNN no bf16 path, so
+    float32 (measured on an AVX2-only Zen 3: bf16 matmuls are several times slower).
+    Elsewhere measured, not assumed, once per (ISA level, CPU flags, torch version,
+    threads) and remembered in the cache directory, so a run that happens to share the
+    cores with a busy neighbour does not flip later runs to a different dtype (and
+    different numerics). Keyed by the flags, not the model name: cloud VMs report
+    "AMD EPYC" for CPUs of different levels.
     """
+    import hashlib
     import json
-    import platform
 
+    from specdec import isa
     from specdec.model.loader import cache_root
 
-    key = f"{cpuinfo_field('model name') or platform.processor()}|torch {torch.__version__}|" \
+    if isa.is_x86() and not isa.at_least("avx512"):
+        return torch.float32
+    flags = hashlib.blake2b(" ".join(sorted(isa.cpu_flags())).encode(), digest_size=6)
+    key = f"isa {isa.level()}|flags {flags.hexdigest()}|torch {torch.__version__}|" \
           f"{torch.get_num_threads()} threads"
     path = cache_root() / "dtype-auto.json"
     try:
@@ -99,16 +107,3 @@ def _measure_fastest_dtype() -> torch.dtype:
                 x @ w
             best[dtype] = min(best[dtype], time.perf_counter() - start)
     return min(best, key=best.get)
-
-
-def cpuinfo_field(*names: str) -> str | None:
-    """The first ``/proc/cpuinfo`` line starting with one of ``names`` (x86 ``flags``,
-    Arm ``Features``, ``model name`` ...), its value; None where there is none."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(names):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None

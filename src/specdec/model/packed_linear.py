@@ -17,22 +17,55 @@ the projection weights in memory.
 
 from __future__ import annotations
 
+import functools
+import sys
+
 import torch
 from torch import nn
+
+from specdec import isa
 
 _linear_pointwise = None
 
 
+@functools.cache
 def available() -> bool:
+    """Whether oneDNN can pre-pack and run bf16 projections here: from the avx512 level
+    up (oneDNN's bf16 path needs AVX512-BW/VL/DQ or AVX-NE-CONVERT), and a tiny trial
+    pack and matmul succeeds. Decided once; a failed trial says so on stderr."""
     global _linear_pointwise
     if not torch.backends.mkldnn.is_available():
         return False
-    try:
-        _linear_pointwise = torch.ops.mkldnn._linear_pointwise
-        torch.ops.mkldnn._reorder_linear_weight  # noqa: B018 - probe that the op exists
-    except (AttributeError, RuntimeError):
+    if isa.is_x86() and not (isa.at_least("avx512") or "avx_ne_convert" in isa.cpu_flags()):
         return False
+    try:
+        op = torch.ops.mkldnn._linear_pointwise
+        weight = torch.ones(32, 32, dtype=torch.bfloat16)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 2)
+        result = op(torch.ones(2, 32, dtype=torch.bfloat16), packed, None, "none", [], "")
+        if not bool((result == 32).all()):
+            raise RuntimeError("wrong result from the trial matmul")
+    except (AttributeError, RuntimeError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"specdec: oneDNN pre-packed bf16 weights unavailable ({message}); "
+              "bf16 projections use the plain torch matmul", file=sys.stderr, flush=True)
+        return False
+    _linear_pointwise = op
     return True
+
+
+def weight_layout(model: nn.Module) -> str:
+    """How the model's projection weights are held, for stats and logs: "amx-tiles"
+    (with a oneDNN copy for long prompts), "onednn-packed", "int8" or "plain"."""
+    kinds = set()
+    for module in model.modules():
+        if type(module) is PackedLinear:
+            kinds.add("amx-tiles" if module.tiles is not None else "onednn-packed")
+        elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
+            kinds.add("int8")
+        elif type(module) is nn.Linear:
+            kinds.add("plain")
+    return "+".join(sorted(kinds)) or "plain"
 
 
 class PackedLinear(nn.Module):

@@ -1,0 +1,171 @@
+"""The CPU instruction-set level every CPU-specific path is chosen by.
+
+Levels, lowest first (x86): ``eager`` (plain PyTorch: no fused kernels, no
+pre-packed weights), ``avx2`` (AVX2 + FMA + F16C: AMD Zen 2/3, Intel since Haswell),
+``avx512`` (AVX-512 F/BW/VL/DQ, and avx512_bf16 / VNNI where present: AMD Zen 4/5,
+Intel without AMX), ``amx`` (AMX-BF16 tiles: Intel Sapphire Rapids and later). Other
+architectures have ``eager`` and ``native`` (kernels built for the compiler's native
+target).
+
+The level is the highest the CPU's flags allow, decided once per process.
+``SPECDEC_ISA=amx|avx512|avx2|eager`` forces a lower one, so every path can be run and
+tested on a machine that has a higher one; a level the CPU cannot run falls back to
+the CPU's own with one line on stderr, never an exception. A forced level also caps
+oneDNN and ATen (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) where they have not
+been set and not yet read, so torch's own kernels make the same choices as on such a
+CPU (set them before torch is first used to be certain).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+from collections.abc import Iterable
+
+X86_LEVELS = ("eager", "avx2", "avx512", "amx")
+OTHER_LEVELS = ("eager", "native")
+ENV = "SPECDEC_ISA"
+
+# CPU flags (as /proc/cpuinfo spells them) each x86 level needs, on top of the level below.
+_REQUIRES = {
+    "avx2": frozenset({"avx2", "fma", "f16c"}),
+    "avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+    "amx": frozenset({"amx_tile", "amx_bf16", "avx512_bf16"}),
+}
+# Compiler flags of each x86 level (on top of the level below): never -march=native,
+# so a forced level builds exactly what a CPU of that level would.
+_COMPILER_FLAGS = {
+    "avx2": ("-mavx2", "-mfma", "-mf16c"),
+    "avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"),
+    "amx": ("-mamx-tile", "-mamx-bf16"),
+}
+# Optional extensions a level uses where the CPU has them: cpuinfo flag -> compiler flag.
+_OPTIONAL = {
+    "avx512": {"avx512_bf16": "-mavx512bf16", "avx512_vnni": "-mavx512vnni"},
+}
+# What torch's libraries are capped to under a forced level.
+_TORCH_CAPS = {
+    "eager": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "ATEN_CPU_CAPABILITY": "avx512"},
+}
+
+
+def is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+def levels() -> tuple[str, ...]:
+    """This architecture's levels, lowest first."""
+    return X86_LEVELS if is_x86() else OTHER_LEVELS
+
+
+def cpuinfo_field(*names: str) -> str | None:
+    """The first ``/proc/cpuinfo`` line starting with one of ``names`` (x86 ``flags``,
+    Arm ``Features``, ``model name`` ...), its value; None where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(names):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    return frozenset((cpuinfo_field("flags", "Features") or "").split())
+
+
+def highest_level(flags: Iterable[str], x86: bool = True) -> str:
+    """The highest level CPU ``flags`` can run."""
+    if not x86:
+        return "native"
+    flags = frozenset(flags)
+    best, needed = "eager", frozenset()
+    for level in X86_LEVELS[1:]:
+        needed = needed | _REQUIRES[level]
+        if not needed <= flags:
+            break
+        best = level
+    return best
+
+
+def runnable_levels() -> tuple[str, ...]:
+    """Every level this CPU can run, lowest first."""
+    order = levels()
+    return order[: order.index(highest_level(cpu_flags(), is_x86())) + 1]
+
+
+def choose_level(requested: str | None, flags: Iterable[str], x86: bool = True,
+                 warn=None) -> str:
+    """The level to run: ``requested`` (a name, or None/""/"auto" for the CPU's own)
+    if the CPU can run it, else the CPU's own, saying why through ``warn``."""
+    order = X86_LEVELS if x86 else OTHER_LEVELS
+    best = highest_level(flags, x86)
+    wanted = (requested or "").strip().lower()
+    if wanted in ("", "auto"):
+        return best
+    if wanted not in order:
+        if warn:
+            warn(f"{ENV}={requested!r} is not one of {'|'.join(order)}; using {best}")
+        return best
+    if order.index(wanted) > order.index(best):
+        if warn:
+            warn(f"{ENV}={wanted}: this CPU cannot run it; using {best}")
+        return best
+    return wanted
+
+
+def _stderr(message: str) -> None:
+    print(f"specdec: {message}", file=sys.stderr, flush=True)
+
+
+@functools.cache
+def level() -> str:
+    """This process's level (``SPECDEC_ISA`` or the CPU's highest), decided once."""
+    chosen = choose_level(os.environ.get(ENV), cpu_flags(), is_x86(), warn=_stderr)
+    if chosen != highest_level(cpu_flags(), is_x86()):
+        for name, value in _TORCH_CAPS.get(chosen, {}).items():
+            os.environ.setdefault(name, value)
+    return chosen
+
+
+def at_least(name: str) -> bool:
+    """Whether this process's level is ``name`` or higher (same architecture)."""
+    order = levels()
+    return name in order and order.index(level()) >= order.index(name)
+
+
+def compiler_flags(name: str, flags: Iterable[str]) -> list[str]:
+    """Instruction-set flags for building the kernels at level ``name`` on a CPU
+    with ``flags``."""
+    if name == "native":
+        return ["-march=native"]
+    if name not in X86_LEVELS[1:]:
+        raise ValueError(f"no kernel build for level {name!r}")
+    flags = frozenset(flags)
+    out: list[str] = []
+    for lvl in X86_LEVELS[1 : X86_LEVELS.index(name) + 1]:
+        out += _COMPILER_FLAGS[lvl]
+        out += [cc for cpu, cc in _OPTIONAL.get(lvl, {}).items() if cpu in flags]
+    return out
+
+
+def torch_caps(name: str) -> dict[str, str]:
+    """Environment variables that cap torch's oneDNN and ATen to level ``name``."""
+    return dict(_TORCH_CAPS.get(name, {}))
+
+
+def describe() -> str:
+    """One line for logs and benchmark output: level and the CPU it was chosen on."""
+    model = cpuinfo_field("model name") or platform.processor() or platform.machine()
+    best = highest_level(cpu_flags(), is_x86())
+    forced = "" if level() == best else f", forced by {ENV} (CPU: {best})"
+    return f"isa={level()}{forced}; cpu={model}"
+
+
+level()  # at import: a forced level caps torch's libraries before they read their caps

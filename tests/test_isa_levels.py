@@ -1,0 +1,45 @@
+"""The kernel and engine-parity tests again at every lower instruction-set level this
+CPU can run (``SPECDEC_ISA``), each in its own process: the level, its kernel build
+and torch's library caps are decided once per process. So a break on an AVX2-only
+CPU shows on an AVX-512 or AMX machine before it lands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec import isa
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_LEVEL_TESTS = [
+    "tests/test_isa.py",
+    "tests/test_kernels_build.py",
+    "tests/test_kernels.py",
+    "tests/test_bf16_engine.py",
+    "tests/test_correctness_hf.py",  # tiny models: greedy identity with HF in float32
+]
+SLOW = ["--deselect", "tests/test_correctness_hf.py::test_smollm2_matches_hf"]
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get(isa.ENV)), reason=f"already a forced-level run ({isa.ENV} is set)")
+
+
+def lower_levels() -> list[str]:
+    return [level for level in isa.runnable_levels() if level != isa.level()]
+
+
+@pytest.mark.parametrize("level", lower_levels() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="this CPU runs only one level"))])
+def test_suite_at_level(level):
+    env = {**os.environ, isa.ENV: level, **isa.torch_caps(level)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PER_LEVEL_TESTS, *SLOW],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
+    )
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+    assert proc.returncode == 0, f"tests at SPECDEC_ISA={level} failed:\n{tail}"
+    assert " passed" in proc.stdout
