@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from specdec.core.kv_cache_manager import KVCacheManager
 from specdec.core.model_runner import ModelRunner
 from specdec.core.request import Request, RequestStatus
 from specdec.core.scheduler import Scheduler, SchedulerConfig
+from specdec.core.scheduler_output import SchedulerOutput
 from specdec.detokenizer import IncrementalDetokenizer
 from specdec.engine_context import EngineContext
 from specdec.model import loader
@@ -26,7 +28,8 @@ from specdec.model.builder import build_model, load_hf_config, resolve_dtype
 from specdec.model.packed_linear import pack_linears, weight_layout
 from specdec.model.registry import ModelRegistry
 from specdec.outputs import RequestMetrics, RequestOutput
-from specdec.plugins.manager import make_plugin_manager, plugin_name
+from specdec.plugins.caller import HookCaller, PluginError
+from specdec.plugins.manager import make_plugin_manager
 from specdec.sample.logits_rows import LogitsRow
 from specdec.sample.sampler import Sampler
 from specdec.sampling_params import SamplingParams
@@ -34,10 +37,6 @@ from specdec.sampling_params import SamplingParams
 
 class RequestRejectedError(ValueError):
     """A request cannot be served (bad prompt, too long, rejected by a plugin)."""
-
-
-class PluginError(RuntimeError):
-    """A plugin raised while handling one request."""
 
 
 class LLMEngine:
@@ -48,8 +47,9 @@ class LLMEngine:
         self.pm = make_plugin_manager(
             config.plugins, config.disable_plugins, config.load_entry_points
         )
+        self.hooks = HookCaller(self.pm)
         self.registry = ModelRegistry()
-        self.pm.hook.specdec_register_models(registry=self.registry)
+        self._start_hook("specdec_register_models", registry=self.registry)
 
         model_dir = loader.resolve_model_dir(config.model)
         self.model_dir = model_dir
@@ -100,10 +100,18 @@ class LLMEngine:
             dtype=self.dtype,
             model_registry=self.registry,
         )
-        self.pm.hook.specdec_engine_started(context=self.context)
+        self._start_hook("specdec_engine_started", context=self.context)
         self.request_options = frozenset(
-            itertools.chain.from_iterable(self.pm.hook.specdec_request_options())
+            itertools.chain.from_iterable(self._start_hook("specdec_request_options"))
         )
+
+    def _start_hook(self, hook: str, **kwargs: Any) -> list[Any]:
+        """A start-up hook: a failure stops the engine with the plugin's own exception."""
+        try:
+            return self.hooks.each(hook, **kwargs)
+        except PluginError as err:
+            err.error.add_note(str(err))
+            raise err.error from None
 
     # ---------------------------------------------------------------- requests
 
@@ -141,9 +149,11 @@ class LLMEngine:
         if params.seed is not None:
             req.generator = torch.Generator().manual_seed(params.seed)
         try:
-            self.pm.hook.specdec_request_added(request=req)  # may raise ValueError to reject
-        except Exception:
+            self.hooks.each("specdec_request_added", request=req)
+        except PluginError as err:
             self._notify_finished(req, "error")  # plugins that accepted it release their state
+            if isinstance(err.error, ValueError):  # a rejection: the caller gets it as raised
+                raise err.error from None
             raise
         self._detok[request_id] = IncrementalDetokenizer(
             self.tokenizer,
@@ -194,19 +204,24 @@ class LLMEngine:
         """Run one step; return an output for every request that progressed or ended."""
         updated: dict[str, Request] = {}
         decoding = self.scheduler.decoding_requests()
+        fail = functools.partial(self._fail, updated=updated)
         if decoding:
-            self._call_isolated(self.pm.hook.specdec_schedule, decoding, "requests", updated)
+            self.hooks.per_request("specdec_schedule", decoding,
+                                   lambda reqs: {"requests": reqs}, fail)
         sched = self.scheduler.schedule()
+        if not sched.is_empty:
+            self.hooks.per_request("specdec_batch_scheduled", [s.request for s in sched.scheduled],
+                                   lambda reqs: {"scheduler_output": _view(sched, reqs)}, fail)
+            sched.scheduled = [s for s in sched.scheduled if not s.request.is_finished]
         if sched.is_empty:
             return [self._output(r) for r in updated.values()]
-        self.pm.hook.specdec_batch_scheduled(scheduler_output=sched)
         logits, rows = self.runner.execute(sched)
         self.counters["steps"] += 1
         self.counters["forward_tokens"] += sched.total_tokens
         for s in sched.scheduled:
             s.request.num_computed_tokens += s.num_tokens
         if rows:
-            rows = self._apply_logits_plugins(logits, rows, updated)
+            self.hooks.logits(logits, rows, self.runner.recompute_logits, fail)
             live = [i for i, r in enumerate(rows) if not r.request.is_finished]
             if len(live) < len(rows):  # a plugin failed some requests: drop their rows
                 logits, rows = logits[live], [rows[i] for i in live]
@@ -261,60 +276,22 @@ class LLMEngine:
         if detok.stopped_by is not None:
             reason = "stop"
         req.is_finished_pending = reason is not None
-        for impl in self.pm.hook.specdec_postprocess.get_hookimpls():
-            try:
-                plugin_reason = impl.function(request=req, new_token_ids=kept)
-            except Exception as exc:  # noqa: BLE001 - isolate plugin failures per request
-                self._fail(req, impl, exc)
-                return
-            reason = reason or plugin_reason
+        try:
+            reasons = self.hooks.each("specdec_postprocess", request=req, new_token_ids=kept)
+        except PluginError as err:
+            self._fail(req, err)
+            return
+        reason = reason or next((r for r in reasons if r), None)
         if reason:
             self._finish(req, reason)
 
     # ------------------------------------------------------------ plugin calls
 
-    def _apply_logits_plugins(self, logits: torch.Tensor, rows: list[LogitsRow], updated):
-        hook = self.pm.hook.specdec_logits
-        if not hook.get_hookimpls():
-            return rows
-        try:
-            hook(logits=logits, rows=rows)
-            return rows
-        except Exception:  # noqa: BLE001 - find which requests' rows fail
-            logits.copy_(self.runner.recompute_logits())  # undo partial edits
-        for req in dict.fromkeys(r.request for r in rows):
-            idx = [i for i, r in enumerate(rows) if r.request is req]
-            sub = logits[idx]
-            for impl in hook.get_hookimpls():
-                try:
-                    impl.function(logits=sub, rows=[rows[i] for i in idx])
-                except Exception as exc:  # noqa: BLE001
-                    self._fail(req, impl, exc)
-                    updated[req.request_id] = req
-                    break
-            logits[idx] = sub
-        return rows
-
-    def _call_isolated(self, hook, requests: list[Request], arg: str, updated) -> None:
-        try:
-            hook(**{arg: requests})
-            return
-        except Exception:  # noqa: BLE001 - retry one by one to find the culprit
-            pass
-        for req in requests:
-            for impl in hook.get_hookimpls():
-                try:
-                    impl.function(**{arg: [req]})
-                except Exception as exc:  # noqa: BLE001
-                    req.clear_drafts()
-                    self._fail(req, impl, exc)
-                    updated[req.request_id] = req
-                    break
-
-    def _fail(self, req: Request, impl, exc: Exception) -> None:
-        name = plugin_name(self.pm, impl)
-        req.error = f"plugin {name!r} failed: {type(exc).__name__}: {exc}"
+    def _fail(self, req: Request, err: PluginError, updated: dict | None = None) -> None:
+        req.error = str(err)
         self._finish(req, "error")
+        if updated is not None:
+            updated[req.request_id] = req
 
     def _finish(self, req: Request, reason: str) -> None:
         if req.is_finished:
@@ -333,11 +310,9 @@ class LLMEngine:
         self._notify_finished(req, reason)
 
     def _notify_finished(self, req: Request, reason: str) -> None:
-        for impl in self.pm.hook.specdec_request_finished.get_hookimpls():
-            try:
-                impl.function(request=req, reason=reason)
-            except Exception:  # noqa: BLE001 - a cleanup failure must not stop the engine
-                pass
+        _, failures = self.hooks.every("specdec_request_finished", request=req, reason=reason)
+        for err in failures:  # every plugin still released its state; this one is reported
+            self.hooks.report(err)
 
     # ----------------------------------------------------------------- outputs
 
@@ -382,9 +357,21 @@ class LLMEngine:
             weight_layout=weight_layout(self.model),
             fused_kernels=self.runner.kernels is not None,
         )
-        for extra in self.pm.hook.specdec_stats():
-            stats.update(extra or {})
+        extras, failures = self.hooks.every("specdec_stats")
+        for extra in extras:
+            stats.update(extra)
+        for err in failures:
+            self.hooks.report(err)
+        stats.update(self.hooks.stats())
         return stats
+
+
+def _view(sched: SchedulerOutput, requests: list[Request]) -> SchedulerOutput:
+    """The step as ``requests`` see it: all of it, or a part on a per-request retry."""
+    if len(requests) == len(sched.scheduled):
+        return sched
+    keep = set(requests)
+    return SchedulerOutput([s for s in sched.scheduled if s.request in keep], sched.preempted)
 
 
 def _load_tokenizer(model_dir):

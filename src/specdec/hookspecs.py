@@ -2,19 +2,35 @@
 
 Every built-in feature (grammar masks, speculation, prefix caching) is a plugin on
 these hooks, exactly like a third-party package registered through the ``specdec``
-entry-point group. Hooks are always called with keyword arguments, so an
-implementation may accept any subset of a hook's parameters.
+entry-point group.
+
+How implementations are called (:mod:`specdec.plugins.caller`): one at a time, in
+pluggy's order (``tryfirst`` first, ``trylast`` last, otherwise the most recently
+registered first), each with only the parameters it declares, so an implementation
+may accept any subset of a hook's parameters and specs can grow without breaking
+plugins. Hook wrappers (``wrapper=True``, ``hookwrapper=True``) are refused at engine
+start: they cannot wrap one implementation's failure without hiding it.
 
 One engine step runs the hooks in this order::
 
     specdec_schedule  ->  scheduler  ->  specdec_batch_scheduled  ->  forward
       ->  specdec_logits  ->  sampler  ->  specdec_postprocess (per request)
 
-Error handling: an exception raised by a plugin inside a per-step hook fails only
-the request(s) it concerns (finish_reason ``"error"`` with the message); the
-engine and the other requests go on. Batch hooks that raise are retried one
-request at a time to find the culprit, so batch hooks must be idempotent with
-respect to a restored input (``specdec_logits`` gets its logits restored first).
+Failure isolation (each spec's ``Failure:`` line says which applies):
+
+- per request: the request fails (finish_reason ``"error"``, ``RequestOutput.error``
+  names the plugin and hook); the engine and the other requests go on.
+- batch hooks (``specdec_schedule``, ``specdec_batch_scheduled``, ``specdec_logits``):
+  an implementation that raises on the batch is called again one request at a time,
+  and only the requests it raises on fail; so it must give the same answer for a
+  request alone as in the batch, and accept being called again for part of the batch
+  (``specdec_logits`` gets its logits restored first). If it raises for the batch but
+  for no request alone, the failure is reported and the step runs.
+- reported: a failure no request can carry (cleanup, stats, a step-level failure) is
+  logged on the ``specdec.plugins`` logger and shown by ``LLM.stats()`` as
+  ``plugin_errors`` (a count) and ``plugin_error_<plugin>`` (the last message).
+- start-up hooks: the engine is not built; the plugin's exception propagates with a
+  note naming the plugin.
 """
 
 from __future__ import annotations
@@ -44,6 +60,7 @@ def specdec_register_models(registry: ModelRegistry) -> None:
         the HF config and returns an ``nn.Module`` with the paged-attention forward
         contract of :class:`specdec.model.llama.LlamaForCausalLM`.
     Mutates: only the registry. Cost: negligible.
+    Failure: start-up (the ``LLM`` is not built).
     """
 
 
@@ -55,6 +72,7 @@ def specdec_engine_started(context: EngineContext) -> None:
     context: tokenizer, vocab size of the logits, EOS ids, engine config, and
         ``context.kv_cache_manager`` for plugins that extend block management.
     Mutates: plugin state only. Cost: may be slow (compiling, allocating); runs once.
+    Failure: start-up (the ``LLM`` is not built).
     """
 
 
@@ -65,6 +83,7 @@ def specdec_request_options() -> list[str]:
     When: once at engine start. ``LLM.generate(prompt, grammar=...)`` puts such
     options in ``SamplingParams.extra``; an option no plugin claims is an error.
     Returns: a list of option names. Cost: negligible.
+    Failure: start-up (the ``LLM`` is not built).
     """
 
 
@@ -77,8 +96,13 @@ def specdec_request_added(request: Request) -> None:
         May set ``request.plugin_data[<plugin name>]`` and ``request.blocked_reason``
         (a non-empty string keeps the request from being scheduled until cleared,
         e.g. while a grammar compiles in the background).
-    Raise: ``ValueError`` (or a subclass) to reject the request; the caller gets it.
+    Raise: ``ValueError`` (or a subclass) to reject the request; the caller gets it
+        as raised (HTTP 400 on the server).
     Cost: should be quick; slow work goes to a background thread.
+    Failure: per request: any other exception rejects it too, as a ``PluginError``
+        naming the plugin. Either way the implementations after it are not called and
+        every plugin gets ``specdec_request_finished(reason="error")``, so plugins that
+        accepted the request release their state.
     """
 
 
@@ -93,6 +117,7 @@ def specdec_schedule(requests: list[Request]) -> None:
         request with k drafts is verified by scheduling k + 1 tokens. The
         scheduler may shorten the drafts to fit its budget or KV pool.
     Cost: must stay well under the cost of one forward (<~1 ms per request).
+    Failure: batch hook, per request; a failed request's drafts are dropped.
     """
 
 
@@ -104,6 +129,9 @@ def specdec_batch_scheduled(scheduler_output: SchedulerOutput) -> None:
     scheduler_output: read-only view of what runs (requests, token counts, drafts).
     Use: start work that overlaps the forward (e.g. grammar masks for the step).
     Mutates: nothing in the engine. Cost: < ~1 ms per request.
+    Failure: batch hook, per request; on a retry ``scheduler_output`` holds one
+        request. Failed requests are taken out of the step before the forward; a
+        failure for the step alone is reported and the step runs.
     """
 
 
@@ -122,6 +150,9 @@ def specdec_logits(logits: Any, rows: list[LogitsRow]) -> None:
         before it were already output.
     Mutates: ``logits`` in place (mask with ``-inf``, add biases). Nothing else.
     Cost: the whole hook for a batch should stay under ~1 ms + 20 µs per row.
+    Failure: batch hook, per request: the logits are recomputed and every
+        implementation runs again on each request's rows alone; the rows of a
+        request that fails are not sampled.
     """
 
 
@@ -138,6 +169,7 @@ def specdec_postprocess(request: Request, new_token_ids: list[int]) -> str | Non
     Returns: a finish reason (``"stop"``) to finish the request now, or None.
     Mutates: plugin state; must not edit the token lists.
     Cost: < ~100 µs per request.
+    Failure: per request; the implementations after it are not called for it.
     """
 
 
@@ -146,8 +178,12 @@ def specdec_request_finished(request: Request, reason: str) -> None:
     """A request left the engine (stop, length, abort or error).
 
     When: once per request, after it is removed from the scheduler and its KV
-        blocks are freed.
-    Mutates: plugin state only (release per-request state here). Must not raise.
+        blocks are freed (also when ``specdec_request_added`` rejected it).
+    request: the finished request (``request.error`` says why when reason is error).
+    reason: ``"stop"``, ``"length"``, ``"abort"`` or ``"error"``.
+    Mutates: plugin state only (release per-request state here). Cost: < ~100 µs.
+    Failure: must not raise; if it does, every other implementation is still called
+        and the failure is reported (the request's output is already decided).
     """
 
 
@@ -155,5 +191,8 @@ def specdec_request_finished(request: Request, reason: str) -> None:
 def specdec_stats() -> dict[str, Any]:
     """Metrics a plugin adds to ``LLM.stats()`` (e.g. prefix-cache hit rate).
 
-    Returns: a flat dict of name -> number. Cost: cheap; called on demand.
+    When: on demand (``LLM.stats()``, the server's ``/metrics`` and ``/stats``).
+    Returns: a flat dict of name -> number (strings show in ``/stats`` only).
+    Mutates: nothing. Cost: cheap.
+    Failure: reported; the other plugins' stats are still returned.
     """
