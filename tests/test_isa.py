@@ -124,3 +124,11 @@ def test_stats_say_level_dtype_and_layout(tiny_model_dir):
     assert stats["dtype"] == "float32"
     assert stats["weight_layout"] == "plain"  # float32 weights are never pre-packed
     assert stats["fused_kernels"] == (isa.level() != "eager")
+
+
+def test_engine_summary_names_the_path():
+    line = isa.engine_summary({"dtype": "bfloat16", "weight_layout": "onednn-packed",
+                               "fused_kernels": True})
+    assert line.startswith(f"isa={isa.level()}")
+    assert "dtype=bfloat16" in line and "weights=onednn-packed" in line
+    assert "fused kernels" in line

@@ -37,7 +37,8 @@ def lower_levels() -> list[str]:
 def test_suite_at_level(level):
     env = {**os.environ, isa.ENV: level, **isa.torch_caps(level)}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PER_LEVEL_TESTS, *SLOW],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         *PER_LEVEL_TESTS, *SLOW],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])

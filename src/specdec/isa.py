@@ -45,6 +45,9 @@ _COMPILER_FLAGS = {
 _OPTIONAL = {
     "avx512": {"avx512_bf16": "-mavx512bf16", "avx512_vnni": "-mavx512vnni"},
 }
+# Flags worth naming beside a figure (model names like "AMD EPYC" hide the generation).
+_NOTABLE_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
+                            "amx_tile", "amx_bf16", "avx_ne_convert", "avx_vnni"})
 # What torch's libraries are capped to under a forced level.
 _TORCH_CAPS = {
     "eager": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
@@ -165,7 +168,16 @@ def describe() -> str:
     model = cpuinfo_field("model name") or platform.processor() or platform.machine()
     best = highest_level(cpu_flags(), is_x86())
     forced = "" if level() == best else f", forced by {ENV} (CPU: {best})"
-    return f"isa={level()}{forced}; cpu={model}"
+    extras = sorted(cpu_flags() & _NOTABLE_FLAGS)
+    return f"isa={level()}{forced}; cpu={model} [{' '.join(extras) or 'no avx2'}]"
+
+
+def engine_summary(stats: dict) -> str:
+    """What ran, from ``LLM.stats()``: level, CPU, dtype, weight layout, kernels. Printed
+    by every benchmark and the server's start-up line, so each figure names its path."""
+    kernels = "fused kernels" if stats.get("fused_kernels") else "eager PyTorch"
+    return (f"{describe()}; dtype={stats.get('dtype')}; "
+            f"weights={stats.get('weight_layout')}; {kernels}")
 
 
 level()  # at import: a forced level caps torch's libraries before they read their caps

@@ -70,12 +70,13 @@ def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -
 
 
 def main(args: argparse.Namespace) -> dict:
-    from specdec import LLM, SamplingParams
+    from specdec import LLM, SamplingParams, isa
     from specdec.cli import constraint_options, engine_kwargs
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
     llm = LLM(**kwargs)
+    print(f"engine: {isa.engine_summary(llm.stats())}")
     prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
                             ignore_eos=args.ignore_eos)
@@ -83,7 +84,8 @@ def main(args: argparse.Namespace) -> dict:
     base = measure(llm, prompts, params, args.repeats, options)
     floor = weight_streaming_floor(llm.engine.model)
     dtype = str(llm.engine.dtype).removeprefix("torch.")
-    result = {"dtype": dtype, "num_prompts": len(prompts), "ttft_ms": base["ttft_ms"],
+    result = {"dtype": dtype, "engine": isa.engine_summary(llm.stats()),
+              "num_prompts": len(prompts), "ttft_ms": base["ttft_ms"],
               "itl_ms": base["itl_ms"], "floor_ms": 1e3 * floor,
               "itl_over_floor": base["itl_ms"] / (1e3 * floor)}
     print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new"

@@ -78,7 +78,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_engine(engine_args: dict, prompts: list[list[int]], max_tokens: int) -> dict[str, Any]:
-    from specdec import LLM, SamplingParams
+    from specdec import LLM, SamplingParams, isa
 
     llm = LLM(**engine_args)
     warm = SamplingParams(max_tokens=2, temperature=0.0)
@@ -97,6 +97,7 @@ def run_engine(engine_args: dict, prompts: list[list[int]], max_tokens: int) -> 
 
     return {
         "dtype": stats["dtype"],
+        "engine": isa.engine_summary(stats),
         "mean_ttft_s": statistics.fmean(ttfts),
         "p99_ttft_s": percentile(ttfts, 99),
         "wall_s": wall,
@@ -143,6 +144,7 @@ def main(args: argparse.Namespace) -> dict:
         "shared_prefix_tokens": shared,
         "mean_prompt_tokens": statistics.fmean(len(p) for p in prompts),
         "dtype": off["dtype"],
+        "engine": off["engine"],
         "same_greedy_outputs": same,
         "shareable_tokens": shareable,
         "hit_rate_of_shareable": on["prefix_cache_hits"] / shareable if shareable else 0.0,
@@ -161,6 +163,7 @@ def _print_report(r: dict) -> None:
     print(f"prefix caching: {r['num_requests']} requests, system prompt "
           f"{r['system_prompt_tokens']} tokens, shared prefix {r['shared_prefix_tokens']} tokens, "
           f"mean prompt {r['mean_prompt_tokens']:.0f} tokens, dtype {r['dtype']}")
+    print(f"engine: {r['engine']}")
     print(f"{'':>14} {'mean TTFT':>10} {'p99 TTFT':>10} {'wall':>8} {'req/s':>7} "
           f"{'out tok/s':>10} {'fwd tokens':>11}")
     for name in ("off", "on"):

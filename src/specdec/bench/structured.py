@@ -133,10 +133,11 @@ def _peers() -> dict:
 
 
 def _throughput(args: argparse.Namespace) -> dict:
-    from specdec import LLM, SamplingParams
+    from specdec import LLM, SamplingParams, isa
     from specdec.cli import engine_kwargs
 
     llm = LLM(**engine_kwargs(args))
+    print(f"engine: {isa.engine_summary(llm.stats())}")
     prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts(args.num_prompts))
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     llm.generate(prompts[:2], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False,

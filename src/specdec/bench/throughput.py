@@ -16,13 +16,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> dict:
-    from specdec import LLM, SamplingParams
+    from specdec import LLM, SamplingParams, isa
     from specdec.bench.hf_peer import hf_generate, load_hf_model
     from specdec.cli import engine_kwargs
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
     llm = LLM(**kwargs)
+    print(f"engine: {isa.engine_summary(llm.stats())}")
     tok = llm.tokenizer
     prompts = chat_prompt_ids(tok, extraction_prompts(args.num_prompts))
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
@@ -30,6 +31,7 @@ def main(args: argparse.Namespace) -> dict:
     sd_tokens = sum(len(o.token_ids) for o in outs)
     result = {
         "dtype": str(llm.engine.dtype).removeprefix("torch."),
+        "engine": isa.engine_summary(llm.stats()),
         "num_prompts": len(prompts),
         "specdec_s": sd_time,
         "specdec_tokens": sd_tokens,

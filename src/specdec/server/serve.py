@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from specdec.server.options import ServerOptions
 
@@ -54,6 +55,7 @@ def main(args: argparse.Namespace, engine_kwargs: dict) -> int:
     (``--model``, ``--speculative-method``...) of :mod:`specdec.cli`."""
     import uvicorn
 
+    from specdec import isa
     from specdec.config import EngineConfig
     from specdec.engine import LLMEngine
     from specdec.server.app import create_app
@@ -61,6 +63,7 @@ def main(args: argparse.Namespace, engine_kwargs: dict) -> int:
     engine = LLMEngine(EngineConfig(
         **engine_kwargs, plugins=list(args.plugin), disable_plugins=list(args.disable_plugin),
     ))
+    print(f"specdec serve: {isa.engine_summary(engine.stats())}", file=sys.stderr, flush=True)
     app = create_app(engine, model_name=args.served_model_name, api_key=args.api_key,
                      options=server_options(args))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
