@@ -19,7 +19,7 @@ def llm(tiny_model_dir):
     "kwargs,message",
     [
         ({"max_tokens": 0}, "max_tokens must be an integer >= 1"),
-        ({"temperature": -0.1}, "temperature must be >= 0"),
+        ({"temperature": -0.1}, "temperature must be a finite number >= 0"),
         ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
         ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
         ({"top_k": -2}, "top_k must be -1"),
@@ -112,3 +112,49 @@ def test_grammar_paths_only_through_the_offline_api(llm, tmp_path):
     with pytest.raises(ValueError, match="neither a file in grammars/") as info:
         llm.engine.add_request("Answer:", SamplingParams(extra={"grammar": str(path)}))
     assert "yes" not in str(info.value)
+
+
+def test_one_bad_prompt_among_many_is_named_and_nothing_runs(llm):
+    prompts = ["fine"] * 200
+    prompts[137] = ""
+    prompts[150] = "a\ud800"
+    with pytest.raises(ValueError, match="2 of 200 prompts") as info:
+        llm.generate(prompts, SamplingParams(max_tokens=2), use_tqdm=False)
+    message = str(info.value)
+    assert "prompt 137: prompt is empty" in message and "prompt 150:" in message
+    assert "surrogate" in message
+    stats = llm.stats()
+    assert stats["num_waiting"] == stats["num_running"] == 0
+    assert stats["kv_blocks_free"] == stats["kv_blocks_total"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"temperature": float("nan")}, "temperature must be a finite"),
+    ({"temperature": float("inf")}, "temperature must be a finite"),
+    ({"seed": 2**64}, r"seed must be an integer in \[0, 2\*\*64\)"),
+    ({"seed": -1}, "seed must be"),
+    ({"top_p": float("nan")}, "top_p"),
+])
+def test_non_finite_and_out_of_range_params(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_tiny_temperature_is_greedy(llm):
+    assert SamplingParams(temperature=1e-40).greedy
+    assert not SamplingParams(temperature=0.01).greedy
+    greedy = llm.generate("Once", SamplingParams(max_tokens=8, temperature=0), use_tqdm=False)
+    tiny = llm.generate("Once", SamplingParams(max_tokens=8, temperature=1e-30), use_tqdm=False)
+    assert tiny[0].token_ids == greedy[0].token_ids
+    assert set(tiny[0].token_ids) != {0}
+
+
+def test_masked_logprobs_are_reported_at_a_finite_floor():
+    import math
+
+    import torch
+
+    from specdec.sample.sampler import LOGPROB_FLOOR, finite_logprobs
+
+    lp = finite_logprobs(torch.log_softmax(torch.tensor([[0.0, float("-inf"), 1.0]]), dim=-1))
+    assert lp[0, 1] == LOGPROB_FLOOR and all(math.isfinite(x) for x in lp[0].tolist())

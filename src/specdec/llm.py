@@ -103,16 +103,36 @@ class LLM:
             params = [replace(p, extra={**p.extra, **options}) for p in params]
         return [_with_grammar_file(p) for p in params]
 
+    def _add_all(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
+        """Admit every prompt, or none: all are checked before any step runs, and the
+        error names each inadmissible prompt by index."""
+        added: list[str] = []
+        refused: list[tuple[int, ValueError]] = []
+        try:
+            for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+                try:
+                    _check_unicode(prompt)
+                    added.append(self.engine.add_request(prompt, p).request_id)
+                except ValueError as exc:
+                    refused.append((i, exc))
+        except BaseException:
+            self._abort(added)
+            raise
+        if refused:
+            self._abort(added)
+            shown = "; ".join(f"prompt {i}: {exc}" for i, exc in refused[:5])
+            more = f" (and {len(refused) - 5} more)" if len(refused) > 5 else ""
+            raise ValueError(f"{len(refused)} of {len(prompts)} prompts cannot be served, "
+                             f"nothing was generated: {shown}{more}") from refused[0][1]
+        return added
+
+    def _abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.engine.abort(rid)
+
     def _run(self, prompts: list[Prompt], params: list[SamplingParams], use_tqdm: bool):
         engine = self.engine
-        added = []
-        try:
-            for prompt, p in zip(prompts, params, strict=True):
-                added.append(engine.add_request(prompt, p).request_id)
-        except Exception:
-            for rid in added:
-                engine.abort(rid)
-            raise
+        added = self._add_all(prompts, params)
         results: dict[str, RequestOutput] = {}
         bar = None
         if use_tqdm and len(prompts) > 1:
@@ -142,6 +162,15 @@ class LLM:
             if bar is not None:
                 bar.close()
         return [results[rid] for rid in added]
+
+
+def _check_unicode(prompt: Prompt) -> None:
+    if isinstance(prompt, str):
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"prompt contains a lone surrogate at character {exc.start}; "
+                             "pass valid Unicode text") from None
 
 
 def _with_grammar_file(params: SamplingParams) -> SamplingParams:

@@ -29,6 +29,8 @@ import torch
 
 from specdec.sample.logits_rows import LogitsRow
 
+LOGPROB_FLOOR = -9999.0  # the logprob reported for a token that cannot be sampled
+
 
 @dataclass
 class SamplerOutput:
@@ -49,7 +51,7 @@ class Sampler:
         params = [r.request.sampling_params for r in rows]
         raw_logprobs = None
         if any(p.logprobs is not None for p in params):
-            raw_logprobs = torch.log_softmax(logits, dim=-1)
+            raw_logprobs = finite_logprobs(torch.log_softmax(logits, dim=-1))
         greedy = torch.tensor([p.greedy for p in params])
         tokens = self._argmax(logits)
         if not bool(greedy.all()):
@@ -127,6 +129,13 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]
     remove[:, -1] = False  # always keep the most likely token
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     return torch.empty_like(logits).scatter_(1, sorted_idx, sorted_logits)
+
+
+def finite_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
+    """Masked tokens (-inf) get ``LOGPROB_FLOOR``, as OpenAI reports them: JSON has no
+    infinity, and a stream carrying ``-Infinity`` is not valid JSON."""
+    return torch.nan_to_num_(logprobs, nan=LOGPROB_FLOOR, neginf=LOGPROB_FLOOR,
+                             posinf=0.0).clamp_min_(LOGPROB_FLOOR)
 
 
 def _gather_logprobs(raw: torch.Tensor | None, params, tokens: list[int]):

@@ -20,6 +20,7 @@ from specdec.server.protocol import ChatCompletionRequest
 from specdec.server.sampling import sampling_params
 from specdec.server.state import State
 from specdec.server.streaming import admit, final_output, finish_reason, sse_events, usage
+from specdec.server.validation import check_unicode
 
 router = APIRouter()
 
@@ -52,6 +53,7 @@ async def chat_prompt(prompts: PromptPreparer, body: ChatCompletionRequest) -> l
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  state: State):
     state.check_model(body.model)
+    check_unicode(body)
     tok = state.tokenizer
     max_tokens = body.max_tokens
     if body.max_completion_tokens is not None:

@@ -15,6 +15,7 @@ from specdec.server.protocol import CompletionRequest
 from specdec.server.sampling import sampling_params
 from specdec.server.state import State
 from specdec.server.streaming import admit, final_output, finish_reason, sse_events, usage
+from specdec.server.validation import check_unicode
 
 router = APIRouter()
 
@@ -35,6 +36,7 @@ def single_prompt(prompt) -> str | list[int]:
 async def create_completion(body: CompletionRequest, request: Request,
                             state: State):
     state.check_model(body.model)
+    check_unicode(body)
     if body.echo or body.suffix:
         raise BadRequestError("echo and suffix are not supported", param="echo")
     prompt = single_prompt(body.prompt)

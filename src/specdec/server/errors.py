@@ -11,10 +11,15 @@ prompt longer than the context, an unknown model) is a 4xx; only a server bug is
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("specdec.server")
 
 
 class APIError(Exception):
@@ -80,7 +85,37 @@ def install_error_handlers(app: FastAPI) -> None:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
 
-    @app.exception_handler(Exception)
-    async def server_error(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(error_body(f"internal error: {type(exc).__name__}: {exc}",
-                                       "server_error"), status_code=500)
+    app.add_middleware(ServerErrorMiddleware)
+
+
+class ServerErrorMiddleware:
+    """A server bug becomes a 500 with an OpenAI error body, and the connection stays open.
+
+    (A handler for ``Exception`` would go to Starlette's outermost middleware, which
+    re-raises after answering; uvicorn then closes the keep-alive connection.) Installed
+    innermost of the middlewares, so it sees the routes' exceptions first.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            if started:  # mid-stream: nothing sane to send; let uvicorn close it
+                raise
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            body = error_body(f"internal error: {type(exc).__name__}: {str(exc)[:500]}",
+                              "server_error")
+            await JSONResponse(body, status_code=500)(scope, receive, send)

@@ -3,7 +3,10 @@ and the top-n) in the two OpenAI shapes: legacy completions and chat ``content``
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from specdec.sample.sampler import LOGPROB_FLOOR
 
 
 def completion_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, float]],
@@ -13,8 +16,8 @@ def completion_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int
     for tok, lps in zip(token_ids, logprobs, strict=False):
         text = tokenizer.decode([tok])
         tokens.append(text)
-        token_lps.append(lps.get(tok))
-        tops.append({tokenizer.decode([t]): lp for t, lp in lps.items()})
+        token_lps.append(_finite(lps.get(tok, LOGPROB_FLOOR)))
+        tops.append({tokenizer.decode([t]): _finite(lp) for t, lp in lps.items()})
         offsets.append(text_offset)
         text_offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops,
@@ -27,14 +30,19 @@ def chat_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, floa
     content = []
     for tok, lps in zip(token_ids, logprobs, strict=False):
         top = sorted(lps.items(), key=lambda kv: kv[1], reverse=True)[:top_n]
-        content.append({**_entry(tokenizer, tok, lps.get(tok, float("-inf"))),
+        content.append({**_entry(tokenizer, tok, lps.get(tok, LOGPROB_FLOOR)),
                         "top_logprobs": [_entry(tokenizer, t, lp) for t, lp in top]})
     return {"content": content}
 
 
 def _entry(tokenizer, tok: int, logprob: float) -> dict[str, Any]:
     text = tokenizer.decode([tok])
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+    return {"token": text, "logprob": _finite(logprob), "bytes": list(text.encode())}
+
+
+def _finite(logprob: float) -> float:
+    """JSON has no -Infinity: an impossible token is reported at the floor, like OpenAI."""
+    return logprob if math.isfinite(logprob) else LOGPROB_FLOOR
 
 
 def delta_logprobs(out) -> list[dict[int, float]]:

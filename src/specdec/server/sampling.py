@@ -42,8 +42,9 @@ def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int 
     fields = {k: v for k, v in fields.items() if v is not None}
     try:
         return SamplingParams(**fields, extra=extra)
-    except ValueError as exc:
-        raise BadRequestError(str(exc)) from None
+    except ValueError as exc:  # messages start with the field: "seed must be ..."
+        field = str(exc).split(" ", 1)[0]
+        raise BadRequestError(str(exc), param=field if field in fields else None) from None
 
 
 def _openai_plugin_fields(body: SamplingFields, engine_options: frozenset[str]) -> dict:

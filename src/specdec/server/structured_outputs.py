@@ -28,9 +28,10 @@ from typing import Any
 from specdec.server.errors import BadRequestError
 from specdec.server.protocol import SamplingFields
 from specdec.structured.errors import ConstraintError
-from specdec.structured.spec import grammar_text
+from specdec.structured.spec import OPTION_NAMES, check_regex, constraint_spec
 
 STRUCTURED_OPTIONS = ("json_schema", "regex", "choice", "grammar")
+VLLM_NAMES = {"json_schema": "json"}  # engine option -> structured_outputs field
 
 
 # Any JSON object, nested up to the schema compiler's recursion depth, compact whitespace.
@@ -63,15 +64,17 @@ def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> 
             f"give one structured-output constraint, got {', '.join(n for n, _ in found)}"
         )
     options = found[0][1] if found else {}
-    if "grammar" in options:
-        where = found[0][0]
-        _check_grammar(options["grammar"], f"{where}.grammar" if where == "structured_outputs"
-                       else where)
+    ws_param = "structured_outputs.whitespace_pattern" if "whitespace_pattern" in options \
+        else "guided_whitespace_pattern"
     if body.guided_whitespace_pattern is not None:
         options = {**options, "whitespace_pattern": body.guided_whitespace_pattern}
-    if options and not set(STRUCTURED_OPTIONS) & engine_options:
+    if not options:
+        return options
+    if not set(STRUCTURED_OPTIONS) & engine_options:
         raise BadRequestError("structured outputs are not available: the 'structured' plugin "
-                              "is disabled on this server", param=found[0][0])
+                              "is disabled on this server",
+                              param=found[0][0] if found else ws_param)
+    _check_constraint(options, found[0][0] if found else None, ws_param)
     return options
 
 
@@ -113,12 +116,35 @@ def _vllm_option(so) -> dict[str, Any]:
     return option
 
 
-def _check_grammar(grammar: str, param: str) -> None:
-    """Grammar text or a shipped grammar's name; paths are refused without a file read."""
+def _check_constraint(options: dict[str, Any], where: str | None, ws_param: str) -> None:
+    """Validate now, naming the field, what the plugin would refuse at admission without
+    one, and what its background compile would fail on after the 200 (regex features).
+    A grammar is text or a shipped grammar's name: paths are refused without a file read.
+    """
+    ws = options.get("whitespace_pattern")
+    if ws is not None:
+        if "json_schema" not in options:
+            raise BadRequestError(f"{ws_param} needs a JSON schema constraint", param=ws_param)
+        _as_bad_request(lambda: check_regex(ws, ws_param), ws_param)
+    if where is None:
+        return
+    name = next(k for k in OPTION_NAMES if k in options)
+    param = where if where != "structured_outputs" else \
+        f"structured_outputs.{VLLM_NAMES.get(name, name)}"
+    constraint = {k: options[k] for k in OPTION_NAMES if k in options}
+    _as_bad_request(lambda: constraint_spec(**constraint, whitespace_pattern=ws), param)
+
+
+def _as_bad_request(check, param: str) -> None:
     try:
-        grammar_text(grammar, allow_paths=False)
+        check()
     except ConstraintError as exc:
-        raise BadRequestError(f"{param}: {exc}", param=param) from None
+        message = str(exc)
+        if param not in message:
+            message = f"{param}: {message}"
+        raise BadRequestError(message, param=param) from None
+    except RecursionError:
+        raise BadRequestError(f"{param} is nested too deeply", param=param) from None
 
 
 def _schema(schema: Any, param: str) -> Any:

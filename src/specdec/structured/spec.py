@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import re._constants as _constants  # the stdlib regex parser: syntax tree, no matching
+import re._parser as _regex_parser
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -62,11 +64,11 @@ def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
     if grammar is not None:
         return ConstraintSpec("grammar", grammar_text(grammar, allow_paths), _short(grammar))
     if regex is not None:
-        if not isinstance(regex, str) or not regex:
-            raise ConstraintError(f"regex must be a non-empty string, got {regex!r}")
         check_regex(regex)
         return ConstraintSpec("regex", regex, "regex")
     if json_schema is not None:
+        if whitespace_pattern is not None:
+            check_regex(whitespace_pattern, "whitespace_pattern")
         return ConstraintSpec("regex", schema_to_regex(json_schema, whitespace_pattern),
                               "json_schema")
     return ConstraintSpec("regex", choice_regex(choice), "choice")
@@ -118,11 +120,78 @@ def shipped_grammar(name: str) -> str | None:
     return path.read_text() if path.is_file() else None
 
 
-def check_regex(pattern: str) -> None:
+def check_regex(pattern: str, field: str = "regex") -> None:
+    """Refuse, with a short message naming ``field``, a regex the DFA compiler cannot take:
+    bad syntax, lookaround, backreferences, anchors and ``\\b``, or one that matches nothing.
+    (The compile itself runs later, in the background: its errors would arrive too late.)
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise ConstraintError(f"{field} must be a non-empty string, got {pattern!r:.60}")
     try:
-        re.compile(pattern)
+        tree = _regex_parser.parse(pattern)
     except re.error as exc:
-        raise ConstraintError(f"invalid regex {pattern!r}: {exc}") from None
+        raise ConstraintError(f"invalid {field} {pattern!r:.80}: {exc}") from None
+    unsupported = _unsupported_regex_feature(tree)
+    if unsupported:
+        raise ConstraintError(f"{field} {pattern!r:.80} uses {unsupported}, which constrained "
+                              "decoding does not support")
+    if _matches_nothing(pattern, tree):
+        raise ConstraintError(f"{field} {pattern!r:.80} matches no string")
+
+
+_UNSUPPORTED = {
+    _constants.ASSERT: "lookahead or lookbehind", _constants.ASSERT_NOT: "lookahead or lookbehind",
+    _constants.GROUPREF: "a backreference", _constants.GROUPREF_EXISTS: "a conditional group",
+    _constants.AT: r"an anchor or word boundary (^, $, \A, \Z, \b, \B)",
+}
+_MAX_EMPTINESS_CHECK = 64  # largest repeat bound for which the emptiness check runs
+
+
+def _unsupported_regex_feature(tree) -> str | None:
+    for op, arg in tree:
+        if op in _UNSUPPORTED:
+            return _UNSUPPORTED[op]
+        for sub in _subpatterns(op, arg):
+            found = _unsupported_regex_feature(sub)
+            if found:
+                return found
+    return None
+
+
+def _subpatterns(op, arg) -> list:
+    if op in (_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT):
+        return [arg[2]]
+    if op is _constants.SUBPATTERN:
+        return [arg[3]]
+    if op is _constants.ATOMIC_GROUP:
+        return [arg]
+    if op is _constants.BRANCH:
+        return list(arg[1])
+    return []
+
+
+def _largest_repeat(tree) -> int:
+    largest = 0
+    for op, arg in tree:
+        if op in (_constants.MAX_REPEAT, _constants.MIN_REPEAT, _constants.POSSESSIVE_REPEAT):
+            bound = arg[0] if arg[1] is _constants.MAXREPEAT else arg[1]
+            largest = max(largest, bound)
+        for sub in _subpatterns(op, arg):
+            largest = max(largest, _largest_repeat(sub))
+    return largest
+
+
+def _matches_nothing(pattern: str, tree) -> bool:
+    """True if the regex's language is empty (``[^\\s\\S]``); checked only for small
+    regexes, since interegular expands bounded repeats; False when unsure."""
+    if len(pattern) > 1000 or _largest_repeat(tree) > _MAX_EMPTINESS_CHECK:
+        return False
+    try:
+        import interegular
+
+        return interegular.parse_pattern(pattern).to_fsm().empty()
+    except Exception:  # noqa: BLE001 - interegular lacks some syntax: leave it to the compiler
+        return False
 
 
 def choice_regex(choices: Any) -> str:
