@@ -6,19 +6,25 @@ vocabulary walks (keyed by the terminal DFAs and vocabulary fingerprint, see
 :mod:`specdec.structured.cfg.prewalk`) and the outlines-core index of a regex (keyed by
 regex and vocabulary fingerprint). Entries are written atomically; an unreadable entry
 is rebuilt.
+
+Both caches are LRU, bounded by bytes (:mod:`~specdec.structured.compile_cache`): the
+memory one by the size of each constraint's compiled artifacts (``SPECDEC_CONSTRAINT_
+CACHE_MEMORY_MIB``, default 256), the disk one by its files (``SPECDEC_CONSTRAINT_CACHE_
+DISK_MIB``, default 1024); :func:`configure_caches` changes them at run time. Masks a
+compiled constraint caches while serving are bounded by the constraint itself.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
 from specdec.structured.cfg.prewalk import terminals_fingerprint
+from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
 from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
@@ -37,9 +43,19 @@ def _code_version() -> str:
 CACHE_VERSION = _code_version()
 CompiledConstraint = CompiledGrammar | CompiledRegex
 
-_memory: dict[tuple[str, str], CompiledConstraint] = {}
-_locks: dict[tuple[str, str], threading.Lock] = {}
+_memory = MemoryCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_MEMORY_MIB", "256")) * MiB)
+_disk = DiskCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_DISK_MIB", "1024")) * MiB)
+_locks: dict[tuple[str, str], threading.Lock] = {}  # keys being compiled now
 _guard = threading.Lock()
+
+
+def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = None) -> None:
+    """Set the byte budgets of the compiled-constraint caches (this process)."""
+    if memory_bytes is not None:
+        _memory.resize(memory_bytes)
+    if disk_bytes is not None:
+        _disk.max_bytes = disk_bytes
+        _disk.evict(_cache_path("", "").parent)
 
 
 def compile_constraint(tokenizer, *, grammar: str | None = None, regex: str | None = None,
@@ -58,74 +74,85 @@ def compile_constraint(tokenizer, *, grammar: str | None = None, regex: str | No
     return compile_spec(spec, token_vocabulary(tokenizer, vocab_size, eos_token_ids))
 
 
-def compile_spec(spec: ConstraintSpec, vocab: TokenVocabulary,
-                 use_disk_cache: bool = True) -> CompiledConstraint:
+def cached(spec: ConstraintSpec, vocab: TokenVocabulary) -> CompiledConstraint | None:
+    """The compiled constraint if it is in memory now (no work, no waiting), else None."""
+    return _memory.get((spec.key, vocab.fingerprint))
+
+
+def compile_spec(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool = True,
+                 on_valid: Callable[[], None] | None = None) -> CompiledConstraint:
+    """Compile (or find) ``spec`` for ``vocab``; thread-safe, one build per key at a time.
+
+    ``on_valid``: called once the constraint is known to compile (a grammar's tables
+    are built; a regex is done), before the rest of the work. It is not called on error.
+    """
     key = (spec.key, vocab.fingerprint)
     with _guard:
-        if key in _memory:
-            return _memory[key]
+        compiled = _memory.get(key)
+        if compiled is not None:
+            return compiled
         lock = _locks.setdefault(key, threading.Lock())
     with lock:  # two requests for the same new grammar compile it once
-        if key not in _memory:
-            _memory[key] = _build(spec, vocab, use_disk_cache)
-    return _memory[key]
+        compiled = _memory.get(key)
+        if compiled is None:
+            compiled, nbytes = _build(spec, vocab, use_disk_cache, on_valid)
+            _memory.put(key, compiled, nbytes)
+    with _guard:
+        _locks.pop(key, None)
+    return compiled
 
 
 def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
-    """The vocabulary-independent part of a grammar (also the synchronous validation)."""
+    """The vocabulary-independent part of a grammar (parse, LALR tables, terminal DFAs)."""
+    return _grammar_tables(text, use_disk_cache)[0]
+
+
+def _grammar_tables(text: str, use_disk_cache: bool) -> tuple[GrammarTables, int]:
     from specdec.structured.spec import ConstraintSpec, grammars_dir
 
     path = _cache_path(ConstraintSpec("grammar", text, "").key, "tables")
-    tables = _load(path) if use_disk_cache else None
-    if tables is None:
-        tables = GrammarTables(text, import_paths=[str(grammars_dir())])
-        if use_disk_cache:
-            _store(path, tables)
-    return tables
+    return _cached_artifact(
+        path, use_disk_cache, lambda: GrammarTables(text, import_paths=[str(grammars_dir())])
+    )
 
 
-def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool):
+def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
+           on_valid: Callable[[], None] | None) -> tuple[CompiledConstraint, int]:
+    """The compiled constraint and its size: the bytes of the artifacts it was built from."""
     if spec.kind == "grammar":
-        tables = grammar_tables(spec.source, use_disk_cache)
+        tables, tables_bytes = _grammar_tables(spec.source, use_disk_cache)
+        if on_valid is not None:
+            on_valid()
         path = _cache_path(f"{terminals_fingerprint(tables.terminals)}-{vocab.fingerprint}",
                            "walks")
-        walks = _load(path) if use_disk_cache else None
-        compiled = CompiledGrammar(tables, vocab, walks)
-        if walks is None:
-            walks = compiled.prewalk()
+        loaded = _disk.load(path) if use_disk_cache else None
+        compiled = CompiledGrammar(tables, vocab, loaded[0] if loaded else None)
+        if loaded is None:
+            data = dumps(compiled.prewalk())
             if use_disk_cache:
-                _store(path, walks)
+                _disk.store(path, data)
+            loaded = (None, len(data))
         compiled.mask_for(compiled.initial_state)  # warm the first step
-        return compiled
+        return compiled, tables_bytes + loaded[1]
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")
-    index = _load(path) if use_disk_cache else None
-    if index is None:
-        index = build_index(spec.source, vocab)
-        if use_disk_cache:
-            _store(path, index)
-    return CompiledRegex(spec.source, vocab, index)
+    index, nbytes = _cached_artifact(path, use_disk_cache,
+                                     lambda: build_index(spec.source, vocab))
+    return CompiledRegex(spec.source, vocab, index), nbytes
+
+
+def _cached_artifact(path: Path, use_disk_cache: bool, build) -> tuple[Any, int]:
+    """``build()``'s result, from the disk cache when there; with its pickled size."""
+    loaded = _disk.load(path) if use_disk_cache else None
+    if loaded is not None:
+        return loaded
+    value = build()
+    data = dumps(value)
+    if use_disk_cache:
+        _disk.store(path, data)
+    return value, len(data)
 
 
 def _cache_path(key: str, kind: str) -> Path:
     from specdec.model.loader import cache_root
 
     return cache_root() / "structured" / f"v{CACHE_VERSION}-{kind}-{key}.pkl"
-
-
-def _load(path: Path):
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    except Exception:  # noqa: BLE001 - missing or stale entry: rebuild
-        return None
-
-
-def _store(path: Path, value) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache only costs compile time

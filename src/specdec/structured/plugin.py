@@ -3,10 +3,14 @@
 Per request (options in ``SamplingParams.extra``: ``grammar``, ``regex``,
 ``json_schema``, ``choice``, plus ``whitespace_pattern`` for schemas):
 
-1. ``specdec_request_added``: validate synchronously (a bad constraint rejects the
-   request before it is queued); compile in a background thread while
-   ``request.blocked_reason`` keeps it out of the schedule; a compile that fails or
-   runs past ``compile_timeout_s`` unblocks the request, which then fails with the error.
+1. ``specdec_request_added``: check the options (cheap, proportional to them) and
+   compile in the compile pool, never on the calling (engine) thread. The caller waits
+   at most ``validate_wait_s`` to learn whether the constraint compiles (a grammar's
+   tables are built, or the compile is done), so a bad constraint is rejected before it
+   is queued (ValueError, HTTP 400); a cached one needs no wait. The rest of the compile
+   goes on in the pool while ``request.blocked_reason`` keeps the request out of the
+   schedule (others keep running). A compile that fails after the wait or runs past
+   ``compile_timeout_s`` unblocks the request, which then fails with the error.
 2. ``specdec_schedule`` (last): cut speculative drafts at the first token the grammar
    rejects, so no step is spent verifying them; when speculation is on, extend the
    drafts with grammar-forced tokens (the grammar allows exactly one continuation:
@@ -23,6 +27,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +35,7 @@ import torch
 
 from specdec.hookspecs import hookimpl
 from specdec.structured.bitmask import allocate_token_bitmask, apply_token_bitmask_
-from specdec.structured.compile import CompiledConstraint, compile_spec, grammar_tables
+from specdec.structured.compile import CompiledConstraint, cached, compile_spec, grammar_tables
 from specdec.structured.errors import CompileTimeoutError, ConstraintError
 from specdec.structured.matcher import Matcher
 from specdec.structured.spec import OPTION_NAMES, ConstraintSpec, constraint_spec
@@ -39,6 +44,10 @@ from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 PLUGIN_NAME = "structured"
 EXTRA_OPTIONS = ("whitespace_pattern",)
 DEFAULT_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_GRAMMAR_COMPILE_TIMEOUT", "60"))
+# The longest request_added waits to learn whether a constraint compiles; past it the
+# request is queued blocked and a late compile error fails it instead of rejecting it.
+DEFAULT_VALIDATE_WAIT_S = float(os.environ.get("SPECDEC_GRAMMAR_VALIDATE_WAIT", "0.25"))
+COMPILE_WORKERS = 2  # a long compile does not hold up a short one behind it
 MAX_FORCED_DRAFTS = 8  # grammar-forced tokens appended to a request's drafts per step
 
 
@@ -54,11 +63,14 @@ class RequestGrammar:
 
 
 class StructuredOutputPlugin:
-    def __init__(self, compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S):
+    def __init__(self, compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
+                 validate_wait_s: float = DEFAULT_VALIDATE_WAIT_S):
         self.compile_timeout_s = compile_timeout_s
+        self.validate_wait_s = min(validate_wait_s, compile_timeout_s)
         self.max_forced_drafts = 0
         self.vocab: TokenVocabulary | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
+        self._executor = ThreadPoolExecutor(max_workers=COMPILE_WORKERS,
+                                            thread_name_prefix="grammar")
         self.counters = {"structured_requests": 0, "structured_mask_rows": 0,
                          "structured_mask_s": 0.0, "structured_compile_errors": 0,
                          "structured_forced_drafts": 0}
@@ -68,6 +80,7 @@ class StructuredOutputPlugin:
         self.vocab = token_vocabulary(context.tokenizer, context.vocab_size,
                                       frozenset(context.eos_token_ids))
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
+        grammar_tables('start: "a"', use_disk_cache=False)  # lark's one-time set-up, now
         if not context.config.speculative:
             return  # forced-text drafts only exist under speculation
         self.max_forced_drafts = MAX_FORCED_DRAFTS
@@ -91,17 +104,32 @@ class StructuredOutputPlugin:
                 raise ConstraintError("whitespace_pattern needs json_schema")
             return
         spec = constraint_spec(**options, whitespace_pattern=extra.get("whitespace_pattern"))
-        if spec.kind == "grammar":
-            grammar_tables(spec.source)  # parse + LALR tables: the validation, disk-cached
+        compiled = cached(spec, self.vocab)
+        if compiled is None:
+            valid = threading.Event()  # set once it is known to compile, or when done
+            future = self._executor.submit(compile_spec, spec, self.vocab, on_valid=valid.set)
+            future.add_done_callback(lambda _: valid.set())
+            valid.wait(self.validate_wait_s)
+            try:
+                compiled = future.result(timeout=0)
+            except FutureTimeout:
+                self._compile_in_background(request, spec, future)
+                return
+            except Exception as exc:  # noqa: BLE001 - a bad constraint: reject the request
+                self.counters["structured_compile_errors"] += 1
+                if isinstance(exc, ConstraintError):
+                    raise
+                raise ConstraintError(f"cannot compile {spec.origin}: {exc}") from None
+        request.plugin_data[PLUGIN_NAME] = RequestGrammar(spec, compiled.matcher())
+        self.counters["structured_requests"] += 1
+
+    def _compile_in_background(self, request, spec: ConstraintSpec, future: Future) -> None:
         state = RequestGrammar(spec)
         request.plugin_data[PLUGIN_NAME] = state
         self.counters["structured_requests"] += 1
-        future = self._executor.submit(compile_spec, spec, self.vocab)
-        if future.done() and future.exception() is None:
-            state.matcher = future.result().matcher()
-            return
         request.blocked_reason = f"compiling {spec.origin}"
-        state.timer = threading.Timer(self.compile_timeout_s, self._timed_out, (request, state))
+        left = self.compile_timeout_s - self.validate_wait_s  # the caller waited that long
+        state.timer = threading.Timer(left, self._timed_out, (request, state))
         state.timer.daemon = True
         state.timer.start()
         future.add_done_callback(lambda f: self._compiled(request, state, f))
