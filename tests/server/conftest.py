@@ -28,7 +28,7 @@ def server(tiny_model_dir) -> LiveServer:
     engine = tiny_engine(tiny_model_dir)
     app = create_app(engine, model_name=MODEL_NAME, api_key=API_KEY)
     live = start_server(app)
-    live.engine, live.app = engine, app
+    live.engine = engine
     yield live
     live.stop()
 

@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -15,6 +16,7 @@ class LiveServer:
     server: uvicorn.Server
     thread: threading.Thread
     port: int
+    app: Any = None  # the ASGI app it serves
 
     @property
     def base_url(self) -> str:
@@ -38,4 +40,4 @@ def start_server(app, timeout: float = 30.0) -> LiveServer:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
-    return LiveServer(server, thread, port)
+    return LiveServer(server, thread, port, app)

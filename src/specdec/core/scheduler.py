@@ -7,7 +7,8 @@ recomputation after preemption and k draft tokens + 1 are all the same thing.
 Running requests are served first (oldest first); waiting requests are admitted
 with what is left. When the pool runs dry, the newest running request is
 preempted: its blocks are freed and it returns to the head of the waiting queue
-to be recomputed later.
+to be recomputed later. A paused request (its reader is not keeping up) keeps its
+place and its blocks but is not scheduled until it is resumed.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Scheduler:
         self.kv = kv
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.paused: set[str] = set()  # request ids not to schedule until resumed
         self.num_preemptions = 0
 
     def add(self, request: Request) -> None:
@@ -49,9 +51,20 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def has_unpaused(self) -> bool:
+        """Some unfinished request can be scheduled (is not paused)."""
+        return len(self.waiting) + len(self.running) > len(self.paused)
+
+    def pause(self, request_id: str) -> None:
+        self.paused.add(request_id)
+
+    def resume(self, request_id: str) -> None:
+        self.paused.discard(request_id)
+
     def decoding_requests(self) -> list[Request]:
         """Running requests whose next step is a decode (candidates for drafts)."""
-        return [r for r in self.running if r.num_computed_tokens >= r.num_tokens - 1]
+        return [r for r in self.running if r.num_computed_tokens >= r.num_tokens - 1
+                and r.request_id not in self.paused]
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -61,6 +74,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
+            if req.request_id in self.paused:
+                i += 1
+                continue
             num_new = self._num_new_tokens(req, budget)
             blocks = self.kv.allocate_slots(req, num_new)
             while blocks is None:
@@ -85,7 +101,7 @@ class Scheduler:
         skipped: list[Request] = []
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.waiting.popleft()
-            if req.blocked_reason:
+            if req.blocked_reason or req.request_id in self.paused:
                 skipped.append(req)
                 continue
             cached = self.kv.get_computed_blocks(req)
@@ -130,6 +146,7 @@ class Scheduler:
 
     def remove(self, req: Request) -> None:
         """Take a finished or aborted request out of the queues and free its blocks."""
+        self.paused.discard(req.request_id)
         if req in self.running:
             self.running.remove(req)
         else:

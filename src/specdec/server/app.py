@@ -35,7 +35,9 @@ def create_app(engine: LLMEngine, model_name: str | None = None,
                api_key: str | None = None, options: ServerOptions | None = None) -> FastAPI:
     options = options or ServerOptions()
     metrics = ServerMetrics()
-    async_engine = AsyncEngine(engine, on_finished=metrics.request_finished)
+    async_engine = AsyncEngine(engine, on_finished=metrics.request_finished,
+                               buffer_outputs=options.stream_buffer_outputs,
+                               stall_timeout_s=options.stream_stall_timeout_s)
     prompts = PromptPreparer(engine.tokenizer, engine.max_model_len, options)
     state = ServerState(async_engine, model_name or default_model_name(engine), metrics,
                         options, prompts)

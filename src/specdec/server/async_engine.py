@@ -10,15 +10,22 @@ futures::
     async for out in stream   <-- outputs ----  engine.step()  (call_soon_threadsafe)
     abort(request_id)         --- command --->  engine.abort        (KV blocks freed)
 
-The thread steps while any request is unfinished and sleeps on a condition variable
-otherwise. Each request has its own unbounded ``asyncio.Queue``: the engine never
-waits for a client, so a slow reader cannot stall the others.
+The thread steps while any request can be scheduled and sleeps on a condition
+variable otherwise. The engine never waits for a client, so a slow reader cannot stall
+the others; and a slow reader cannot grow memory either:
+
+- each request's :class:`RequestStream` holds deltas only (new text, token ids and
+  their logprobs), never the engine's cumulative copies;
+- a stream holding ``buffer_outputs`` undelivered outputs is *paused*: the scheduler
+  skips the request (it keeps its KV blocks) until the reader drains half the buffer;
+- a request paused for ``stall_timeout_s`` is aborted, and its KV blocks freed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import itertools
 import threading
 import time
@@ -36,17 +43,41 @@ Command = Callable[[], None]
 
 @dataclass
 class RequestStream:
-    """What one request receives: its engine outputs, in order, ending with a finished one."""
+    """What one request receives: its outputs as deltas, in order, ending with a finished
+    one. ``text``, ``token_ids`` and ``logprobs`` of each output hold that step's part
+    only (``logprobs`` aligned with ``delta_token_ids``)."""
 
     request_id: str
     num_prompt_tokens: int
-    queue: asyncio.Queue[RequestOutput] = field(default_factory=asyncio.Queue)
+    capacity: int = 16  # undelivered outputs at which the request is paused
+    num_generated: int = 0  # tokens handed to the reader so far
+    pending: collections.deque[RequestOutput] = field(default_factory=collections.deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     finished: bool = False
+    paused: bool = False
+    on_drained: Callable[[RequestStream], None] | None = None  # resume a paused request
+    stall_timer: asyncio.TimerHandle | None = None
+
+    def push(self, out: RequestOutput) -> bool:
+        """Queue ``out`` as a delta; True when the buffer is full (pause the request)."""
+        n = len(out.delta_token_ids)
+        logprobs = None if out.logprobs is None else out.logprobs[max(0, len(out.logprobs) - n):]
+        self.pending.append(dataclasses.replace(out, text=out.delta_text,
+                                                token_ids=list(out.delta_token_ids),
+                                                logprobs=logprobs))
+        self.ready.set()
+        return len(self.pending) >= self.capacity
 
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
         while not self.finished:
-            out = await self.queue.get()
+            while not self.pending:
+                self.ready.clear()
+                await self.ready.wait()
+            out = self.pending.popleft()
             self.finished = out.finished
+            self.num_generated += len(out.token_ids)
+            if self.paused and len(self.pending) <= self.capacity // 2 and self.on_drained:
+                self.on_drained(self)
             yield out
 
 
@@ -58,9 +89,13 @@ class AsyncEngine:
     """
 
     def __init__(self, engine: LLMEngine,
-                 on_finished: Callable[[RequestOutput], None] | None = None):
+                 on_finished: Callable[[RequestOutput], None] | None = None,
+                 buffer_outputs: int = 16, stall_timeout_s: float = 30.0):
         self.engine = engine
         self.on_finished = on_finished
+        self.buffer_outputs = buffer_outputs
+        self.stall_timeout_s = stall_timeout_s
+        self.num_stalled = 0  # requests aborted because their reader stalled
         self._commands: collections.deque[Command] = collections.deque()
         self._wakeup = threading.Condition()
         self._streams: dict[str, RequestStream] = {}
@@ -107,7 +142,8 @@ class AsyncEngine:
         (which may reach the loop before this coroutine resumes) are never dropped.
         """
         request_id = f"{prefix}-{next(self._ids)}"
-        stream = RequestStream(request_id, num_prompt_tokens=0)
+        stream = RequestStream(request_id, num_prompt_tokens=0, capacity=self.buffer_outputs,
+                               on_drained=self._resume)
         self._streams[request_id] = stream
 
         def admit() -> int:
@@ -142,6 +178,29 @@ class AsyncEngine:
 
         self._submit(do_abort)
 
+    def _pause(self, stream: RequestStream) -> None:
+        """The reader is behind: stop scheduling the request; abort it if it stays so."""
+        rid = stream.request_id
+        stream.paused = True
+        stream.stall_timer = self._loop.call_later(self.stall_timeout_s, self._stalled, stream)
+
+        def pause() -> None:
+            if rid in self.engine.requests:
+                self.engine.scheduler.pause(rid)
+
+        self._submit(pause)
+
+    def _resume(self, stream: RequestStream) -> None:
+        stream.paused = False
+        if stream.stall_timer is not None:
+            stream.stall_timer.cancel()
+        self._submit(lambda: self.engine.scheduler.resume(stream.request_id))
+
+    def _stalled(self, stream: RequestStream) -> None:
+        if stream.paused and not stream.finished:
+            self.num_stalled += 1
+            self.abort(stream.request_id)
+
     async def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the engine thread and return its result (or raise its exception)."""
         future: Future = Future()
@@ -156,7 +215,11 @@ class AsyncEngine:
         return await asyncio.wrap_future(future)
 
     async def stats(self) -> dict[str, Any]:
-        return await self.call(self.engine.stats)
+        def stats() -> dict[str, Any]:
+            return {**self.engine.stats(), "num_paused": len(self.engine.scheduler.paused),
+                    "requests_stalled": self.num_stalled}
+
+        return await self.call(stats)
 
     def _submit(self, command: Command) -> None:
         if not self.is_healthy:
@@ -171,7 +234,7 @@ class AsyncEngine:
         engine = self.engine
         while True:
             with self._wakeup:
-                while not self._stopping and not self._commands and not engine.has_unfinished():
+                while not self._stopping and not self._commands and not self._has_work():
                     self._wakeup.wait()
                 if self._stopping:
                     return
@@ -179,7 +242,7 @@ class AsyncEngine:
                 self._commands.clear()
             for command in commands:
                 command()
-            if not engine.has_unfinished():
+            if not self._has_work():
                 continue
             try:
                 outputs = engine.step()
@@ -190,6 +253,10 @@ class AsyncEngine:
                 self._deliver(outputs)
             else:
                 time.sleep(0.001)  # every request waits on a plugin (e.g. a compiling grammar)
+
+    def _has_work(self) -> bool:
+        """Some request can be stepped (paused ones wait for a resume or abort command)."""
+        return self.engine.has_unfinished() and self.engine.scheduler.has_unpaused()
 
     def _fail_all(self, message: str) -> None:
         outputs = []
@@ -210,8 +277,12 @@ class AsyncEngine:
             stream = self._streams.get(out.request_id)
             if stream is None:
                 continue
-            stream.queue.put_nowait(out)
+            full = stream.push(out)
+            if full and not stream.paused and not out.finished:
+                self._pause(stream)
             if out.finished:
+                if stream.stall_timer is not None:
+                    stream.stall_timer.cancel()
                 del self._streams[out.request_id]
                 if self.on_finished is not None:
                     self.on_finished(out)

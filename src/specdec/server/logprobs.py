@@ -46,6 +46,6 @@ def _finite(logprob: float) -> float:
 
 
 def delta_logprobs(out) -> list[dict[int, float]]:
-    """The logprobs of the tokens this output added (``out.logprobs`` is cumulative)."""
+    """The logprobs of the tokens this output added (the last ``len(delta_token_ids)``)."""
     n = len(out.delta_token_ids)
     return (out.logprobs or [])[len(out.logprobs or []) - n:] if n else []

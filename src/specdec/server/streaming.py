@@ -11,6 +11,7 @@ Client disconnects abort the request, so its KV blocks go back to the pool at on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -45,19 +46,26 @@ async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: list[int],
 
 async def final_output(engine: AsyncEngine, stream: RequestStream,
                        http_request: Request) -> RequestOutput:
-    """Wait for the finished output, aborting the request if the client disconnects."""
+    """The finished output, its deltas joined; aborts the request if the client leaves."""
     watcher = asyncio.create_task(_abort_on_disconnect(engine, stream, http_request))
     last: RequestOutput | None = None
+    texts: list[str] = []
+    token_ids: list[int] = []
+    logprobs: list[dict[int, float]] = []
     try:
         async for out in stream:
             last = out
+            texts.append(out.text)
+            token_ids.extend(out.token_ids)
+            logprobs.extend(out.logprobs or [])
     finally:
         watcher.cancel()
         if last is None or not last.finished:
             engine.abort(stream.request_id)
     if last.finish_reason == "error":
         raise GenerationError(last.error or "generation failed")
-    return last
+    return dataclasses.replace(last, text="".join(texts), token_ids=token_ids,
+                               logprobs=None if last.logprobs is None else logprobs)
 
 
 async def _abort_on_disconnect(engine: AsyncEngine, stream: RequestStream,
@@ -70,7 +78,7 @@ async def _abort_on_disconnect(engine: AsyncEngine, stream: RequestStream,
 
 
 def usage(stream: RequestStream, out: RequestOutput) -> dict[str, int]:
-    generated = len(out.token_ids)
+    generated = stream.num_generated
     return {"prompt_tokens": stream.num_prompt_tokens, "completion_tokens": generated,
             "total_tokens": stream.num_prompt_tokens + generated}
 
