@@ -31,10 +31,13 @@ def test_bad_constraints_raise(compile_for, constraint, message):
     ({"not": {"type": "string"}}, "not"),
     ({"type": "array", "uniqueItems": True}, "uniqueItems"),
     ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, "numeric bounds"),
-    ({"type": "string", "format": "ipv4"}, "ipv4"),
+    ({"type": "string", "format": "ipv4", "maxLength": 9}, "together"),
     ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties"),
-    ({"type": "object", "properties": {"a": {}}, "additionalProperties": True},
+    ({"oneOf": [{"type": "string"}, {"maxLength": 3}]}, "overlap"),
+    ({"allOf": [{"properties": {"a": {}}}, {"additionalProperties": False}]},
      "additionalProperties"),
+    ({"$ref": "https://example.com/schema.json"}, "within the document"),
+    ({"type": "string", "pattern": "^(?=a)"}, "lookaround"),
 ])
 def test_unsupported_schema_keywords_are_named(compile_for, schema, keyword):
     with pytest.raises(UnsupportedSchemaError, match=keyword):

@@ -10,4 +10,5 @@ BENCHMARKS = {
     "prefix": "specdec.bench.prefix",
     "structured": "specdec.bench.structured",
     "serve": "specdec.bench.serve",
+    "schema-suite": "specdec.bench.schema_suite",
 }

@@ -1,64 +1,99 @@
-"""JSON schema -> regex, through outlines-core, with every keyword checked first.
+"""JSON schema -> a Lark grammar for specdec's CFG engine (``structured/cfg/``).
 
-outlines-core's ``build_regex_from_schema`` silently ignores keywords it does not
-know (``minimum``, ``multipleOf``...). Structured output must fail closed, so the schema
-is walked first: a keyword outside the table below raises
-:class:`UnsupportedSchemaError` naming it and where it is. Integer bounds, which
-outlines ignores, are compiled here into exact range regexes.
+Each schema node becomes a rule; ``$ref`` recursion is a rule that refers to itself.
+Terminals are plain regexes (strings with their length bounds counted in decoded
+characters, ``pattern`` translated to the JSON spelling by :mod:`json_pattern`,
+integer ranges by :mod:`int_range`). Every construct's language is a subset of what
+the schema allows, so the engine can be stricter than the schema, never looser:
 
-=========================  ===============================================================
-Keyword                    Support
-=========================  ===============================================================
-type                       string, integer, number, boolean, null, object, array, lists
-properties, required       yes; properties appear in schema order, optional ones may be
-                           left out
-additionalProperties       ``false`` (the default when ``properties`` is given: objects
-                           are closed) or, without ``properties``, a schema for the values
-enum, const                yes (any JSON values)
-items, prefixItems         yes
-minItems, maxItems         yes
-minLength, maxLength       yes
-pattern                    yes (anchors ``^``/``$`` allowed)
-format                     date-time, date, time, uuid, email, uri
-minimum, maximum,          integers: yes, exact; numbers: rejected (unsupported)
-exclusiveMinimum/Maximum
-anyOf, oneOf, allOf        yes (oneOf is treated as anyOf: exclusivity is not enforced)
-$ref, $defs, definitions   yes, incl. recursion (unrolled to ``max_recursion_depth``)
-title, description, ...    annotations are ignored (they do not constrain)
-not, multipleOf, if/then,  rejected with UnsupportedSchemaError
-uniqueItems, contains,
-patternProperties, ...
-=========================  ===============================================================
+* enforced exactly: ``type`` (and lists), ``enum``/``const`` (numbers compare by value:
+  ``1.0`` matches ``1``), ``properties``/``required``/``additionalProperties`` (false,
+  true or a schema), ``items``/``prefixItems``/``minItems``/``maxItems`` (draft 7
+  ``items`` lists and ``additionalItems`` too), ``minLength``/``maxLength``,
+  ``pattern``, integer ``minimum``/``maximum``/``exclusive*``, ``anyOf``, ``oneOf``
+  (when its alternatives cannot overlap), ``allOf`` and ``$ref`` beside other keywords
+  (merged when the parts constrain different keywords), ``$ref``/``$defs``/
+  ``definitions``/``$anchor``/``$id``-relative pointers within the document, boolean
+  schemas, ``uniqueItems: false``;
+* generation-time restrictions (stricter than the schema, documented): properties in
+  the order written, additional properties after them and spelled without escapes,
+  integers without a fraction (``1`` but not ``1.0``), ``const``/``enum`` objects in
+  the order written, ``format`` (date, time, date-time, uuid, email, ipv4, hostname,
+  uri) enforced as its syntax (without RFC length limits), whitespace by ``whitespace``;
+* refused by name (:class:`UnsupportedSchemaError`): every other *validation* keyword
+  (``not``, ``if``, ``multipleOf``, ``contains``, ``uniqueItems: true``,
+  ``patternProperties``, ``propertyNames``, ``min/maxProperties``, number bounds,
+  ``dependent*``, ``unevaluated*``, ``$dynamicRef``, remote ``$ref``...) and
+  combinations that would need an intersection (``pattern`` with ``maxLength``).
+  Annotations and unknown keywords are ignored, as the specification says.
 
-Strings follow outlines-core: any character except ``"``, ``\\``, controls and
-U+007F..U+009F, and the escapes ``\\" \\\\ \\/ \\b \\f \\n \\r \\t`` (no ``\\uXXXX``).
+Additional properties (``additional_properties``): ``"listed"`` (the default, a
+generation-time restriction like xgrammar's): an object that lists ``properties`` takes
+no others unless ``additionalProperties`` allows them explicitly (small models invent
+keys otherwise); one that lists none takes any. ``"open"``: the specification's default,
+extra properties unless ``additionalProperties`` forbids them. ``"closed"`` (OpenAI's
+strict mode, ``strict=True``): only where ``additionalProperties`` allows them.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
+from urllib.parse import unquote
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.int_range import int_range_regex
+from specdec.structured.json_pattern import pattern_to_json_regex
 
-COMPACT_WHITESPACE = r"[ ]?"  # outlines-core's default: at most one space between tokens
-FLEXIBLE_WHITESPACE = r"[ \n]{0,4}"  # lets models that like newlines use them, bounded
+COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
+MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
+MAX_MERGE_DEPTH = 32
+MAX_STRING_LENGTH_BOUND = 2048  # minLength / maxLength counted in the lexer's automaton
 
-ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "$schema", "$id", "$comment",
-    "deprecated", "readOnly", "writeOnly", "$anchor",
+# Validation keywords this compiler does not enforce: refused, never ignored.
+REFUSED = frozenset({
+    "not", "if", "then", "else", "multipleOf", "contains", "minContains", "maxContains",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties",
+    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems",
+    "unevaluatedProperties", "$dynamicRef", "$recursiveRef",
 })
-SUPPORTED = frozenset({
-    "type", "properties", "required", "additionalProperties", "enum", "const", "items",
-    "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-    "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum",
-})
-FORMATS = frozenset({"date-time", "date", "time", "uuid", "email", "uri"})
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-_PLACEHOLDER = "SPECDECRANGE{}X"
+NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
+ARRAY_KEYS = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                        "uniqueItems"})
+OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties"})
+ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
+# Keywords whose meaning depends on a sibling: merged only when they come from one part.
+_COUPLED = (frozenset({"properties", "additionalProperties"}),
+            frozenset({"items", "prefixItems", "additionalItems"}))
+_STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+                         *NUMBER_BOUNDS, *STRING_KEYS, *ARRAY_KEYS, *OBJECT_KEYS, *REFUSED})
+
+_JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+# One decoded character, for counted lengths: a \u escape of a surrogate only as a pair.
+_COUNTED_CHAR = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
+                 r'|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})'
+                 r'|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})')
+STRING = f'"{_JSON_CHAR}*"'
+NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+INTEGER = r"-?(?:0|[1-9][0-9]*)"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"  # RFC 1034's 63-byte limit not counted
+_DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
+         r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}[Tt]{_TIME}",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "email": r"[A-Za-z0-9._%+-]+@" + _LABEL + r"(?:\." + _LABEL + r")+",
+    "ipv4": rf"{_OCTET}(?:\.{_OCTET}){{3}}",
+    "hostname": _LABEL + r"(?:\." + _LABEL + r")*",
+    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:(?:\\/|[A-Za-z0-9\-._~%!$&'()*+,;=:@?#\[\]])+",
+}
 
 
 def schema_to_dict(schema: Any) -> dict:
@@ -82,88 +117,638 @@ def schema_to_dict(schema: Any) -> dict:
     )
 
 
-def schema_to_regex(schema: Any, whitespace_pattern: str | None = None,
-                    max_recursion_depth: int = 3) -> str:
-    """The regex of the JSON documents ``schema`` accepts (checked against the table above)."""
-    from outlines_core.json_schema import build_regex_from_schema
-
-    schema = schema_to_dict(schema)
-    ranges: list[str] = []
-    rewritten = _check_and_rewrite(schema, "#", ranges)
-    try:
-        regex = build_regex_from_schema(
-            json.dumps(rewritten), whitespace_pattern or COMPACT_WHITESPACE,
-            max_recursion_depth=max_recursion_depth,
-        )
-    except Exception as exc:  # noqa: BLE001 - outlines raises plain exceptions
-        raise ConstraintError(f"cannot compile json_schema: {exc}") from None
-    for i, range_regex in enumerate(ranges):
-        regex = regex.replace(f'"{_PLACEHOLDER.format(i)}"', range_regex)
-    return regex
+def schema_to_lark(schema: Any, whitespace: str | None = None, strict: bool = False,
+                   additional_properties: str = "listed") -> str:
+    """The Lark grammar of the JSON texts ``schema`` accepts (see the module doc).
+    ``whitespace``: a regex allowed around punctuation (default ``[ ]?``); ``strict``:
+    ``additional_properties="closed"``."""
+    if additional_properties not in ("listed", "open", "closed"):
+        raise ValueError(f"additional_properties must be listed, open or closed, "
+                         f"got {additional_properties!r}")
+    if not isinstance(schema, bool):
+        schema = schema_to_dict(schema)
+    mode = "closed" if strict else additional_properties
+    return _Compiler(schema, whitespace or COMPACT_WHITESPACE, mode).grammar()
 
 
-def _check_and_rewrite(node: Any, where: str, ranges: list[str]) -> Any:
-    if isinstance(node, bool):
+class _Compiler:
+    def __init__(self, root: Any, whitespace: str, additional_properties: str):
+        self.root = root
+        self.whitespace = whitespace
+        self.additional_properties = additional_properties
+        self.rules: dict[str, str] = {}
+        self.terminals: dict[str, str] = {}  # regex -> terminal name
+        self.memo: dict[int, str | None] = {}  # id(schema node) -> rule (None: no value)
+        self.keep: list[Any] = []  # merged nodes, alive so their ids stay unique
+        self.anchors = _collect_anchors(root)
+        self.counter = 0
+
+    # ------------------------------------------------------------------ output
+
+    def grammar(self) -> str:
+        start = self.value(self.root, "#")
+        if start is None:
+            raise ConstraintError("the JSON schema accepts no value")
+        ws = self.whitespace
+        lines = ["start: " + start]
+        lines += [f"{name}: {body}" for name, body in self.rules.items()]
+        for literal, name in (("{", "LBRACE"), ("[", "LSQB")):
+            lines.append(f"{name}: /{_lark_regex(re.escape(literal) + ws)}/")
+        for literal, name in (("}", "RBRACE"), ("]", "RSQB")):
+            lines.append(f"{name}: /{_lark_regex(ws + re.escape(literal))}/")
+        lines.append(f"COMMA: /{_lark_regex(ws + ',' + ws)}/")
+        lines.append(f"COLON: /{_lark_regex(ws + ':' + ws)}/")
+        lines += [f"{name}: /{_lark_regex(regex)}/" for regex, name in self.terminals.items()]
+        return "\n".join(lines) + "\n"
+
+    def terminal(self, regex: str) -> str:
+        if regex not in self.terminals:
+            self.terminals[regex] = f"T{len(self.terminals)}"
+        return self.terminals[regex]
+
+    def rule(self, body_alternatives: list[str], name: str | None = None) -> str:
+        name = name or self.new_name()
+        self.rules[name] = " | ".join(body_alternatives)
+        return name
+
+    def new_name(self) -> str:
+        self.counter += 1
+        return f"n{self.counter}"
+
+    # ------------------------------------------------------------------ values
+
+    def value(self, node: Any, where: str, depth: int = 0) -> str | None:
+        """A rule for the values ``node`` accepts; None when it accepts none."""
+        if node is True:
+            node = {}
+        if node is False:
+            return None
+        if not isinstance(node, dict):
+            raise ConstraintError(f"schema at {where} must be an object or a boolean, "
+                                  f"got {type(node).__name__}")
+        if not _constrains(node):
+            return self.any_value()
+        key = id(node)
+        if key in self.memo:
+            return self.memo[key]
+        name = self.new_name()
+        self.memo[key] = name  # before the body: recursion refers to the rule by name
+        alternatives = self.alternatives(node, where, depth)
+        if not alternatives:
+            self.memo[key] = None
+            self.rules.pop(name, None)
+            return None
+        self.rule(alternatives, name)
+        return name
+
+    def any_value(self) -> str:
+        if "any_value" not in self.rules:
+            self.rules["any_value"] = ""  # reserve the name: the body refers to itself
+            string = self.terminal(STRING)
+            member = f"{string} COLON any_value"
+            self.rules["any_value"] = " | ".join([
+                '"null"', '"true"', '"false"', self.terminal(NUMBER), string,
+                "LSQB [any_value (COMMA any_value)*] RSQB",
+                f"LBRACE [{member} (COMMA {member})*] RBRACE"])
+        return "any_value"
+
+    def alternatives(self, node: dict, where: str, depth: int) -> list[str]:
+        for keyword in node:
+            if keyword in REFUSED:
+                raise UnsupportedSchemaError(
+                    f"JSON schema keyword {keyword!r} at {where} is not supported")
+        if depth > MAX_MERGE_DEPTH:
+            raise UnsupportedSchemaError(f"schema at {where} nests $ref/allOf too deeply")
+        if "$ref" in node:
+            target = self.resolve(node["$ref"], where)
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            if not _constrains(rest):
+                rule = self.value(target, f"{where}/$ref", depth + 1)
+                return [rule] if rule else []
+            return self.merged_alternatives(self.merge([target, rest], where), where, depth)
+        if "allOf" in node:
+            parts = node["allOf"]
+            if not isinstance(parts, list) or not parts:
+                raise ConstraintError(f"allOf at {where} must be a non-empty array")
+            rest = {k: v for k, v in node.items() if k != "allOf"}
+            return self.merged_alternatives(self.merge([rest, *parts], where), where, depth)
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in node:
+                return self.union(node, keyword, where, depth)
+        return self.typed(node, where)
+
+    def merged_alternatives(self, merged: Any, where: str, depth: int) -> list[str]:
+        if merged is False:
+            return []
+        if not _constrains(merged):
+            return [self.any_value()]
+        return self.alternatives(merged, where, depth + 1)
+
+    def union(self, node: dict, keyword: str, where: str, depth: int) -> list[str]:
+        options = node[keyword]
+        if not isinstance(options, list) or not options:
+            raise ConstraintError(f"{keyword} at {where} must be a non-empty array")
+        rest = {k: v for k, v in node.items() if k != keyword}
+        branches = []
+        for i, option in enumerate(options):
+            merged = option if not _constrains(rest) else self.merge([rest, option], where)
+            if merged is False:
+                continue
+            branches.append((merged, f"{where}/{keyword}/{i}"))
+        if keyword == "oneOf" and not _pairwise_disjoint([b for b, _ in branches]):
+            raise UnsupportedSchemaError(
+                f"oneOf at {where}: its alternatives may overlap (exactly-one cannot be "
+                "enforced); use anyOf if any match is fine")
+        rules = [self.value(b, w, depth + 1) for b, w in branches]
+        return [r for r in rules if r is not None]
+
+    def merge(self, parts: list[Any], where: str) -> Any:
+        """One schema equal to the conjunction of ``parts``, or refuse."""
+        merged: dict = {}
+        origin: dict[str, int] = {}
+        for index, part in enumerate(parts):
+            if part is True:
+                continue
+            if part is False:
+                return False
+            if not isinstance(part, dict):
+                raise ConstraintError(f"allOf entry at {where} must be a schema")
+            while "$ref" in part and not _constrains({k: v for k, v in part.items()
+                                                      if k != "$ref"}):
+                part = self.resolve(part["$ref"], where)
+                if part is True or part is False:
+                    break
+            if part is False:
+                return False
+            if part is True:
+                continue
+            if "$ref" in part or "allOf" in part:
+                part = self.flatten(part, where)
+                if part is False:
+                    return False
+            for keyword, value in part.items():
+                if not _constraining_keyword(keyword):
+                    continue
+                if keyword not in merged:
+                    merged[keyword], origin[keyword] = value, index
+                elif keyword == "type":
+                    merged["type"] = _intersect_types(merged["type"], value)
+                elif keyword == "required":
+                    merged["required"] = list(dict.fromkeys([*merged["required"], *value]))
+                elif merged[keyword] != value:
+                    raise UnsupportedSchemaError(
+                        f"allOf at {where}: two parts both constrain {keyword!r}; "
+                        "their intersection is not supported")
+        for group in _COUPLED:
+            sources = {origin[k] for k in group if k in origin}
+            if len(sources) > 1:
+                raise UnsupportedSchemaError(
+                    f"allOf at {where}: {sorted(group & set(origin))} come from different "
+                    "parts; their intersection is not supported")
+        if merged.get("type") == []:
+            return False
+        self.keep.append(merged)
+        return merged
+
+    def flatten(self, part: dict, where: str) -> Any:
+        pieces: list[Any] = [{k: v for k, v in part.items() if k not in ("$ref", "allOf")}]
+        if "$ref" in part:
+            pieces.append(self.resolve(part["$ref"], where))
+        pieces += part.get("allOf", [])
+        return self.merge(pieces, where)
+
+    # ------------------------------------------------------------------ types
+
+    def typed(self, node: dict, where: str) -> list[str]:
+        types = _types(node, where)
+        if "enum" in node or "const" in node:
+            return self.enum(node, types, where)
+        bounds = [k for k in NUMBER_BOUNDS if k in node]
+        if "number" in types and bounds:
+            raise UnsupportedSchemaError(
+                f"{', '.join(bounds)} at {where}: numeric bounds are supported for type "
+                "'integer' only")
+        out = []
+        for kind in ("null", "boolean", "integer", "number", "string", "array", "object"):
+            if kind not in types or (kind == "integer" and "number" in types):
+                continue
+            part = getattr(self, f"type_{kind}")(node, where)
+            if part is not None:
+                out.append(part)
+        return out
+
+    def type_null(self, node, where):
+        return '"null"'
+
+    def type_boolean(self, node, where):
+        return self.rule(['"true"', '"false"'])
+
+    def type_integer(self, node, where):
+        lo, hi = _integer_bounds(node, where)
+        if lo is not None and hi is not None and lo > hi:
+            return None
+        regex = INTEGER if lo is None and hi is None else int_range_regex(lo, hi)
+        return self.terminal(regex)
+
+    def type_number(self, node, where):
+        return self.terminal(NUMBER)
+
+    def type_string(self, node, where):
+        present = set(STRING_KEYS & set(node))
+        fmt = node.get("format")
+        if fmt is not None and fmt not in FORMATS:
+            present.discard("format")  # an unknown format is an annotation
+        if "pattern" in present and len(present) > 1 or "format" in present and len(present) > 1:
+            raise UnsupportedSchemaError(
+                f"{sorted(present)} together at {where} are not supported")
+        if "pattern" in present:
+            if not isinstance(node["pattern"], str):
+                raise ConstraintError(f"pattern at {where} must be a string")
+            return self.terminal(f'"{pattern_to_json_regex(node["pattern"], where)}"')
+        if "format" in present:
+            return self.terminal(f'"{FORMATS[fmt]}"')
+        lo = _count(node, "minLength", where, 0)
+        hi = _count(node, "maxLength", where, None)
+        if hi is not None and lo > hi:
+            return None
+        if lo == 0 and hi is None:
+            return self.terminal(STRING)
+        if max(lo, hi or 0) > MAX_STRING_LENGTH_BOUND:
+            raise UnsupportedSchemaError(
+                f"string length bounds above {MAX_STRING_LENGTH_BOUND} at {where}")
+        return self.terminal(f'"{_COUNTED_CHAR}{{{lo},{"" if hi is None else hi}}}"')
+
+    def type_array(self, node, where):
+        if node.get("uniqueItems") not in (None, False):
+            raise UnsupportedSchemaError(f"uniqueItems at {where} is not supported")
+        prefix, rest = _array_shape(node, where)
+        prefix_rules = []
+        for i, sub in enumerate(prefix):
+            rule = self.value(sub, f"{where}/prefixItems/{i}")
+            if rule is None:  # no value for position i: arrays end before it
+                break
+            prefix_rules.append(rule)
+        rest_rule = None if rest is False or len(prefix_rules) < len(prefix) else \
+            self.value(rest, f"{where}/items")
+        lo = _count(node, "minItems", where, 0)
+        hi = _count(node, "maxItems", where, None)
+        longest = len(prefix_rules) if rest_rule is None else hi
+        if longest is not None and hi is not None:
+            longest = min(longest, hi)
+        if longest is not None and lo > longest:
+            return None
+        if longest is not None and longest > MAX_EXPANDED_ITEMS or lo > MAX_EXPANDED_ITEMS:
+            raise UnsupportedSchemaError(
+                f"array bounds at {where} need more than {MAX_EXPANDED_ITEMS} unrolled items")
+
+        def element(i: int) -> str:
+            return prefix_rules[i] if i < len(prefix_rules) else rest_rule
+
+        # seq(i): the elements from position i on, position i present.
+        def seq(i: int) -> str:
+            more = longest is None or i + 1 < longest
+            if not more:
+                return element(i)
+            if longest is None and i >= len(prefix_rules) and i + 1 >= lo:
+                return self.rule([f"{element(i)} (COMMA {element(i)})*"])
+            tail = seq(i + 1)
+            if i + 1 < lo:
+                return self.rule([f"{element(i)} COMMA {tail}"])
+            return self.rule([f"{element(i)} [COMMA {tail}]"])
+
+        if longest == 0:
+            return self.rule(["LSQB RSQB"])
+        body = seq(0)
+        return self.rule([f"LSQB {body} RSQB" if lo > 0 else f"LSQB [{body}] RSQB"])
+
+    def type_object(self, node, where):
+        properties = node.get("properties", {})
+        if not isinstance(properties, dict):
+            raise ConstraintError(f"properties at {where} must be an object")
+        required = node.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ConstraintError(f"required at {where} must be an array of strings")
+        default_extra = {"open": True, "closed": False,
+                         "listed": "properties" not in node}[self.additional_properties]
+        extra = node.get("additionalProperties", default_extra)
+        members = []  # (key terminal, value rule, required)
+        for name, sub in properties.items():
+            rule = self.value(sub, f"{where}/properties/{_pointer_escape(name)}")
+            if rule is None:
+                if name in required:
+                    return None  # a required property that can have no value
+                continue
+            key = self.terminal(re.escape(json.dumps(name, ensure_ascii=False)))
+            members.append((key, rule, name in required))
+        extra_rule = self.value(extra, f"{where}/additionalProperties")
+        missing = [r for r in required if r not in properties]
+        if missing:
+            raise UnsupportedSchemaError(
+                f"required {missing} at {where} are not in properties")
+        extra_member = None
+        if extra_rule is not None:
+            key = self.terminal(_string_except(list(properties)))
+            extra_member = self.rule([f"{key} COLON {extra_rule}"])
+
+        # rest(i, first): the non-empty member lists from member i on (None: there are
+        # none); first: nothing was written before them (no leading comma).
+        memo: dict[tuple[int, bool], str | None] = {}
+
+        def rest(i: int, first: bool) -> str | None:
+            if (i, first) in memo:
+                return memo[(i, first)]
+            sep = "" if first else "COMMA "
+            if i == len(members):
+                if extra_member is None:
+                    out = None
+                elif first:
+                    out = self.rule([f"{extra_member} (COMMA {extra_member})*"])
+                else:
+                    out = self.rule([f"(COMMA {extra_member})+"])
+                memo[(i, first)] = out
+                return out
+            key, value, needed = members[i]
+            after = rest(i + 1, False)
+            if after is None:
+                tail = ""
+            elif any(later for _, _, later in members[i + 1:]):
+                tail = f" {after}"  # a required member follows: the rest must be written
+            else:
+                tail = f" [{after}]"
+            present = f"{sep}{key} COLON {value}{tail}"
+            if needed:
+                out = self.rule([present])
+            else:
+                skip = rest(i + 1, first)
+                out = self.rule([present, skip] if skip else [present])
+            memo[(i, first)] = out
+            return out
+
+        body = rest(0, True)
+        if body is None:
+            return self.rule(["LBRACE RBRACE"])
+        if any(needed for _, _, needed in members):
+            return self.rule([f"LBRACE {body} RBRACE"])
+        return self.rule([f"LBRACE [{body}] RBRACE"])
+
+    def enum(self, node: dict, types: set[str], where: str) -> list[str]:
+        if "const" in node:
+            values = [node["const"]]
+        elif isinstance(node["enum"], list):
+            values = node["enum"]
+        else:
+            raise ConstraintError(f"enum at {where} must be an array")
+        if "const" in node and "enum" in node:
+            values = [v for v in values if any(_json_equal(v, e) for e in node["enum"])]
+        others = set(node) & (_STRUCTURAL - {"type", "enum", "const"})
+        if others:
+            raise UnsupportedSchemaError(
+                f"enum/const together with {sorted(others)} at {where} are not supported")
+        regexes = []
+        for value in values:
+            if _json_type(value) in types or (_json_type(value) == "integer"
+                                              and "number" in types):
+                regexes.append(_value_regex(value))
+        return [self.terminal(r) for r in dict.fromkeys(regexes)]
+
+    # ------------------------------------------------------------------ refs
+
+    def resolve(self, ref: Any, where: str) -> Any:
+        if not isinstance(ref, str):
+            raise ConstraintError(f"$ref at {where} must be a string")
+        base, _, fragment = ref.partition("#")
+        if base and base not in self.anchors.get("$ids", {}):
+            raise UnsupportedSchemaError(
+                f"$ref {ref!r} at {where}: only references within the document are supported")
+        node = self.anchors["$ids"][base] if base else self.root
+        if fragment and not fragment.startswith("/"):
+            if fragment not in self.anchors["names"]:
+                raise ConstraintError(f"$ref {ref!r} at {where}: no such anchor")
+            return self.anchors["names"][fragment]
+        for token in filter(None, fragment.split("/")):
+            token = unquote(token).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise ConstraintError(f"$ref {ref!r} at {where} points nowhere")
         return node
-    if not isinstance(node, dict):
-        raise ConstraintError(f"schema at {where} must be an object, got {node!r}")
-    for key in node:
-        if key not in SUPPORTED and key not in ANNOTATIONS:
-            raise UnsupportedSchemaError(
-                f"unsupported JSON schema keyword {key!r} at {where}; supported: "
-                + ", ".join(sorted(SUPPORTED))
-            )
-    out = {k: v for k, v in node.items() if k not in ANNOTATIONS or k == "$id"}
-    fmt = node.get("format")
-    if fmt is not None and fmt not in FORMATS:
-        raise UnsupportedSchemaError(f"unsupported string format {fmt!r} at {where}; "
-                                     f"supported: {', '.join(sorted(FORMATS))}")
-    if "properties" in node and node.get("additionalProperties", False) is not False:
-        raise UnsupportedSchemaError(
-            f"'additionalProperties' other than false together with 'properties' at {where}"
-        )
-    bounds = [k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-              if k in node]
-    if bounds:
-        if node.get("type") != "integer":
-            raise UnsupportedSchemaError(
-                f"numeric bounds {bounds} at {where} are supported for type 'integer' only"
-            )
-        ranges.append(int_range_regex(*_integer_bounds(node, where)))
-        return {"const": _PLACEHOLDER.format(len(ranges) - 1)}
-    for key in _SUBSCHEMA_LISTS:
-        if key in node:
-            out[key] = [_check_and_rewrite(s, f"{where}/{key}/{i}", ranges)
-                        for i, s in enumerate(node[key])]
-    for key in _SUBSCHEMA_MAPS:
-        if key in node:
-            out[key] = {name: _check_and_rewrite(s, f"{where}/{key}/{name}", ranges)
-                        for name, s in node[key].items()}
-    for key in ("items", "additionalProperties"):
-        if isinstance(node.get(key), dict):
-            out[key] = _check_and_rewrite(node[key], f"{where}/{key}", ranges)
-    return out
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _lark_regex(regex: str) -> str:
+    """``regex`` inside Lark's ``/.../``: '/' escaped; '"' as \\x22, since Lark's
+    unescaping turns the regex ``\\\\"`` (backslash, quote) into ``\\"`` (a quote)."""
+    return regex.replace("/", "\\/").replace('"', "\\x22")
+
+
+def _pointer_escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _constraining_keyword(keyword: str) -> bool:
+    return keyword in _STRUCTURAL
+
+
+def _constrains(node: Any) -> bool:
+    return node is False or (isinstance(node, dict) and any(map(_constraining_keyword, node)))
+
+
+def _types(node: dict, where: str) -> set[str]:
+    declared = node.get("type")
+    if declared is None:
+        return set(ALL_TYPES) | {"integer"}
+    names = [declared] if isinstance(declared, str) else declared
+    if not isinstance(names, list) or not all(isinstance(t, str) for t in names):
+        raise ConstraintError(f"type at {where} must be a string or an array of strings")
+    unknown = set(names) - set(ALL_TYPES) - {"integer"}
+    if unknown:
+        raise ConstraintError(f"unknown type(s) {sorted(unknown)} at {where}")
+    return set(names)
+
+
+def _intersect_types(a: Any, b: Any) -> list[str]:
+    def expand(t):
+        names = {t} if isinstance(t, str) else set(t)
+        return names | ({"integer"} if "number" in names else set())
+
+    both = expand(a) & expand(b)
+    if "number" in both:
+        return ["number"]
+    return sorted(both)
+
+
+def _possible_types(node: Any) -> set[str]:
+    if node is True or not isinstance(node, dict):
+        return set(ALL_TYPES) | {"integer"}
+    if "const" in node:
+        return {_json_type(node["const"])}
+    if isinstance(node.get("enum"), list):
+        return {_json_type(v) for v in node["enum"]}
+    declared = node.get("type")
+    if declared is None:
+        return set(ALL_TYPES) | {"integer"}
+    names = {declared} if isinstance(declared, str) else set(declared)
+    return names | ({"integer"} if "number" in names else set())
+
+
+def _pairwise_disjoint(nodes: list[Any]) -> bool:
+    seen: set[str] = set()
+    for node in nodes:
+        types = _possible_types(node)
+        if "integer" in types and "number" in seen or "number" in types and "integer" in seen:
+            return False
+        if types & seen:
+            return False
+        seen |= types
+    return True
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or isinstance(value, float) and value.is_integer():
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def _value_regex(value: Any) -> str:
+    """The JSON spellings of ``value`` (compact; a number by its value)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return re.escape(json.dumps(value, ensure_ascii=False))
+    if isinstance(value, (int, float)):
+        return _number_regex(value)
+    if isinstance(value, list):
+        return r"\[" + ",".join(_value_regex(v) for v in value) + r"\]"
+    return r"\{" + ",".join(re.escape(json.dumps(k, ensure_ascii=False)) + ":" + _value_regex(v)
+                            for k, v in value.items()) + r"\}"
+
+
+def _number_regex(value: int | float) -> str:
+    """Spellings of one number: ``1``, ``1.0``, ``1.00``... for an integral value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConstraintError(f"non-finite number {value!r} in enum/const")
+    if isinstance(value, int) or value.is_integer():
+        text = str(int(value))
+        return re.escape(text) + r"(?:\.0+)?" if text != "0" else r"-?0(?:\.0+)?"
+    text = repr(float(value))
+    if "e" in text or "E" in text:
+        return re.escape(text)
+    return re.escape(text) + "0*"
 
 
 def _integer_bounds(node: dict, where: str) -> tuple[int | None, int | None]:
-    import math
-
-    def as_int(key: str, value: Any, round_up: bool) -> int:
+    def number(key: str) -> float:
+        value = node[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConstraintError(f"{key} at {where} must be a number, got {value!r}")
-        return math.ceil(value) if round_up else math.floor(value)
+        return value
 
     lo = hi = None
     if "minimum" in node:
-        lo = as_int("minimum", node["minimum"], True)
+        lo = math.ceil(number("minimum"))
     if "exclusiveMinimum" in node:
-        v = as_int("exclusiveMinimum", node["exclusiveMinimum"], False) + 1
-        lo = v if lo is None else max(lo, v)
+        value = node["exclusiveMinimum"]
+        if value is True or value is False:  # draft 4 spelling
+            raise UnsupportedSchemaError(f"boolean exclusiveMinimum at {where} (draft 4)")
+        bound = math.floor(number("exclusiveMinimum")) + 1
+        lo = bound if lo is None else max(lo, bound)
     if "maximum" in node:
-        hi = as_int("maximum", node["maximum"], False)
+        hi = math.floor(number("maximum"))
     if "exclusiveMaximum" in node:
-        v = as_int("exclusiveMaximum", node["exclusiveMaximum"], True) - 1
-        hi = v if hi is None else min(hi, v)
-    if lo is not None and hi is not None and lo > hi:
-        raise ConstraintError(f"integer bounds at {where} leave no value ({lo} > {hi})")
+        value = node["exclusiveMaximum"]
+        if value is True or value is False:
+            raise UnsupportedSchemaError(f"boolean exclusiveMaximum at {where} (draft 4)")
+        bound = math.ceil(number("exclusiveMaximum")) - 1
+        hi = bound if hi is None else min(hi, bound)
     return lo, hi
+
+
+def _count(node: dict, key: str, where: str, default: int | None) -> int | None:
+    if key not in node:
+        return default
+    value = node[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConstraintError(f"{key} at {where} must be a non-negative integer")
+    return value
+
+
+def _array_shape(node: dict, where: str) -> tuple[list[Any], Any]:
+    """(schemas of the leading positions, schema of every later item)."""
+    items = node.get("items", True)
+    if "prefixItems" in node:
+        prefix = node["prefixItems"]
+        if not isinstance(prefix, list):
+            raise ConstraintError(f"prefixItems at {where} must be an array")
+        return prefix, items
+    if isinstance(items, list):  # draft 7: items as a list, then additionalItems
+        return items, node.get("additionalItems", True)
+    return [], items
+
+
+def _string_except(names: list[str]) -> str:
+    """A JSON string spelled without escapes whose value is none of ``names``."""
+    plain = r'[^"\\\x00-\x1f]'
+    words = [n for n in names if all(c not in '"\\' and ord(c) >= 0x20 for c in n)]
+    if not words:
+        return f'"{plain}*"'
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def body(node: dict) -> str:
+        children = [c for c in node if c]
+        parts = [] if "" in node else [""]
+        others = "".join(re.escape(c) if c not in "]^-\\" else "\\" + c for c in children)
+        parts.append(f'[^"\\\\\\x00-\\x1f{others}]{plain}*' if others else f"{plain}+")
+        parts += [re.escape(c) + body(node[c]) for c in children]
+        return "(?:" + "|".join(parts) + ")"
+
+    return f'"{body(trie)}"'
+
+
+def _collect_anchors(root: Any) -> dict:
+    """``$anchor`` names and ``$id`` documents within the schema."""
+    names: dict[str, Any] = {}
+    ids: dict[str, Any] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$anchor"), str):
+                names[node["$anchor"]] = node
+            if isinstance(node.get("$id"), str):
+                base, _, fragment = node["$id"].partition("#")
+                if base:
+                    ids[base] = node
+                    ids[base.rsplit("/", 1)[-1]] = node
+                if fragment and not fragment.startswith("/"):  # draft 7 "#foo" anchors
+                    names[fragment] = node
+            for key, value in node.items():
+                if key not in ("enum", "const"):
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(root)
+    return {"names": names, "$ids": ids}

@@ -1,9 +1,10 @@
 """A constraint request, normalised: what to compile, before any vocabulary is involved.
 
 ``constraint_spec(grammar=..., regex=..., json_schema=..., choice=...)`` checks that
-exactly one is given, resolves grammar names, turns JSON schemas and choice lists into
-regexes, and raises :class:`ConstraintError` for anything invalid. It is quick and
-synchronous, so a bad request is refused before it is queued.
+exactly one is given, resolves grammar names, turns JSON schemas into Lark grammars
+(``json_schema.py``; ``strict``: closed objects) and choice lists into regexes, and
+raises :class:`ConstraintError` for anything invalid. It is quick and synchronous, so a
+bad request is refused before it is queued.
 
 A grammar is Lark text or the name of a shipped grammar (``"json"``, ``"json.lark"``).
 File paths are read only with ``allow_paths=True`` (the offline API and the CLI): the
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.structured.errors import ConstraintError
-from specdec.structured.json_schema import schema_to_regex
+from specdec.structured.json_schema import schema_to_lark
 
 OPTION_NAMES = ("grammar", "regex", "json_schema", "choice")
 SHIPPED_NAME = re.compile(r"[A-Za-z0-9_-]+(\.lark)?")
@@ -54,7 +55,7 @@ def available_grammars() -> list[str]:
 def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
                     json_schema: Any = None, choice: list[str] | None = None,
                     whitespace_pattern: str | None = None,
-                    allow_paths: bool = False) -> ConstraintSpec:
+                    allow_paths: bool = False, strict: bool = False) -> ConstraintSpec:
     given = {k: v for k, v in dict(grammar=grammar, regex=regex, json_schema=json_schema,
                                    choice=choice).items() if v is not None}
     if len(given) != 1:
@@ -69,7 +70,7 @@ def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
     if json_schema is not None:
         if whitespace_pattern is not None:
             check_regex(whitespace_pattern, "whitespace_pattern")
-        return ConstraintSpec("regex", schema_to_regex(json_schema, whitespace_pattern),
+        return ConstraintSpec("grammar", schema_to_lark(json_schema, whitespace_pattern, strict),
                               "json_schema")
     return ConstraintSpec("regex", choice_regex(choice), "choice")
 

@@ -1,0 +1,277 @@
+"""The official JSON-Schema-Test-Suite through a structured backend, token by token.
+
+Each group (one schema, several instances) is compiled for the real tokenizer; each
+instance, as compact ``json.dumps``, is tokenized like model output and fed through a
+matcher token by token. Accepted = every token accepted and the matcher accepting at
+the end. A valid instance rejected makes the constraint too strict; an **invalid
+instance accepted is a constraint failing open**, the worst bug a structured backend
+can have.
+
+Groups run in forked children, a few at a time, each with a wall-clock limit and an
+address-space cap: a schema that explodes at compile time is recorded as a timeout or
+crash instead of stalling or killing the run. ``optional/`` is left out (as the
+suite's README says of it); groups whose schemas need ``remotes/`` count like the rest.
+
+    specdec bench schema-suite [--draft draft2020-12 draft7] [--timeout 10] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DRAFTS = ("draft2020-12", "draft7")
+NOT_COMPILED = ("unsupported", "timeout", "crash")
+
+
+@dataclass
+class GroupResult:
+    draft: str
+    keyword_file: str  # "type", "allOf", ... (the suite's file name, without .json)
+    description: str
+    status: str  # "compiled" | "unsupported" (a clear refusal) | "timeout" | "crash"
+    message: str = ""
+    compile_s: float = 0.0
+    valid: int = 0
+    invalid: int = 0
+    valid_rejected: list[str] = field(default_factory=list)  # test descriptions
+    invalid_accepted: list[str] = field(default_factory=list)
+
+
+def suite_root() -> Path:
+    """``../shared/testdata/JSON-Schema-Test-Suite`` beside the repository (or
+    ``SPECDEC_SCHEMA_SUITE``)."""
+    env = os.environ.get("SPECDEC_SCHEMA_SUITE")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent.parent / "shared" / "testdata" / "JSON-Schema-Test-Suite"
+        if candidate.is_dir():
+            return candidate
+    return here.parents[3].parent / "shared" / "testdata" / "JSON-Schema-Test-Suite"
+
+
+def groups(root: Path, draft: str) -> Iterator[tuple[str, dict]]:
+    """(keyword file, group) for every required group of ``draft``."""
+    for path in sorted((root / draft).glob("*.json")):
+        for group in json.loads(path.read_text()):
+            yield path.stem, group
+
+
+def instance_text(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def check_group(compile_schema: Callable[[Any], Any], encode: Callable[[str], list[int]],
+                draft: str, keyword_file: str, group: dict) -> GroupResult:
+    """Compile one group's schema and run its instances (in the calling process)."""
+    from specdec.structured.errors import ConstraintError
+
+    result = GroupResult(draft, keyword_file, group["description"], "compiled")
+    start = time.perf_counter()
+    try:
+        compiled = compile_schema(group["schema"])
+    except ConstraintError as exc:
+        result.status, result.message = "unsupported", str(exc)[:300]
+        return result
+    except Exception as exc:  # noqa: BLE001 - any other failure is a crash of the compiler
+        result.status, result.message = "crash", f"{type(exc).__name__}: {exc}"[:300]
+        return result
+    result.compile_s = time.perf_counter() - start
+    for test in group["tests"]:
+        try:
+            ids = encode(instance_text(test["data"]))
+        except UnicodeEncodeError:  # a lone surrogate cannot be model output
+            continue
+        matcher = compiled.matcher()
+        accepted = all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
+        if test["valid"]:
+            result.valid += 1
+            if not accepted:
+                result.valid_rejected.append(test["description"])
+        else:
+            result.invalid += 1
+            if accepted:
+                result.invalid_accepted.append(test["description"])
+    return result
+
+
+def run_isolated(work: list[tuple[str, str, dict]], compile_schema, encode,
+                 timeout_s: float, memory_bytes: int, jobs: int) -> list[GroupResult]:
+    """``check_group`` for each (draft, keyword file, group), each in a forked child
+    with ``timeout_s`` and an address-space cap of ``memory_bytes`` above the parent's."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    results: list[GroupResult | None] = [None] * len(work)
+    running: dict[int, tuple[int, int, float]] = {}  # pid -> (index, read fd, start)
+    pending = list(range(len(work)))[::-1]
+    base = _address_space_bytes()
+    while pending or running:
+        while pending and len(running) < jobs:
+            index = pending.pop()
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # child: compile and check, send the result, exit without cleanup
+                os.close(read_fd)
+                try:
+                    cap = base + memory_bytes
+                    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+                    draft, keyword_file, group = work[index]
+                    out = check_group(compile_schema, encode, draft, keyword_file, group)
+                    payload = pickle.dumps(out)
+                except BaseException as exc:  # noqa: BLE001 - MemoryError included
+                    payload = pickle.dumps(f"{type(exc).__name__}: {exc}"[:300])
+                with os.fdopen(write_fd, "wb") as pipe:
+                    pipe.write(payload)
+                os._exit(0)
+            os.close(write_fd)
+            running[pid] = (index, read_fd, time.monotonic())
+        _reap(work, results, running, timeout_s)
+    return [r for r in results if r is not None]
+
+
+def _reap(work, results, running, timeout_s: float) -> None:
+    import select
+    import signal
+
+    fds = {fd: pid for pid, (_, fd, _) in running.items()}
+    ready, _, _ = select.select(list(fds), [], [], 0.05)
+    now = time.monotonic()
+    for pid, (index, fd, start) in list(running.items()):
+        draft, keyword_file, group = work[index]
+        if fd in ready:
+            with os.fdopen(fd, "rb") as pipe:
+                data = pipe.read()
+            os.waitpid(pid, 0)
+            out = pickle.loads(data) if data else "the compiler process died"
+            if isinstance(out, str):
+                out = GroupResult(draft, keyword_file, group["description"], "crash", out)
+            results[index] = out
+            del running[pid]
+        elif now - start > timeout_s:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(fd)
+            results[index] = GroupResult(draft, keyword_file, group["description"], "timeout",
+                                         f"no result within {timeout_s:.0f} s")
+            del running[pid]
+
+
+def _address_space_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def summarize(results: list[GroupResult]) -> dict:
+    status = Counter(r.status for r in results)
+    compiled = [r for r in results if r.status == "compiled"]
+    valid = sum(r.valid for r in compiled)
+    invalid = sum(r.invalid for r in compiled)
+    return {
+        "groups": len(results),
+        "compiled": status["compiled"],
+        "unsupported": status["unsupported"],
+        "timeout": status["timeout"],
+        "crash": status["crash"],
+        "valid_instances": valid,
+        "valid_rejected": sum(len(r.valid_rejected) for r in compiled),
+        "invalid_instances": invalid,
+        "invalid_accepted": sum(len(r.invalid_accepted) for r in compiled),
+        "compile_p50_s": _percentile([r.compile_s for r in compiled], 50),
+        "compile_p99_s": _percentile([r.compile_s for r in compiled], 99),
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def builtin_backend(tokenizer, additional_properties: str = "listed"):
+    """(compile_schema, encode) for specdec's own compiler, without the disk cache."""
+    from specdec.structured.compile import compile_spec
+    from specdec.structured.json_schema import schema_to_lark
+    from specdec.structured.spec import ConstraintSpec
+    from specdec.structured.vocabulary import token_vocabulary
+
+    vocab = token_vocabulary(tokenizer, len(tokenizer), frozenset(
+        [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []))
+
+    def compile_schema(schema):
+        grammar = schema_to_lark(schema, additional_properties=additional_properties)
+        return compile_spec(ConstraintSpec("grammar", grammar, "json_schema"), vocab,
+                            use_disk_cache=False)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    return compile_schema, encode
+
+
+def run_suite(tokenizer, drafts=DRAFTS, timeout_s: float = 10.0,
+              memory_bytes: int = 4 << 30, jobs: int = 2, root: Path | None = None,
+              backend=None) -> list[GroupResult]:
+    root = root or suite_root()
+    compile_schema, encode = backend or builtin_backend(tokenizer)
+    work = [(draft, kw, g) for draft in drafts for kw, g in groups(root, draft)]
+    return run_isolated(work, compile_schema, encode, timeout_s, memory_bytes, jobs)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draft", nargs="+", default=list(DRAFTS), choices=DRAFTS)
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per group")
+    parser.add_argument("--jobs", type=int, default=2, help="groups compiled at once")
+    parser.add_argument("--additional-properties", default="listed",
+                        choices=["listed", "open", "closed"],
+                        help="objects' extra properties (see structured/json_schema.py)")
+    parser.add_argument("--show", type=int, default=20,
+                        help="list this many failing groups of each kind")
+
+
+def main(args: argparse.Namespace) -> dict:
+    from transformers import AutoTokenizer
+
+    from specdec.model.loader import resolve_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(args.model),
+                                              local_files_only=True)
+    start = time.perf_counter()
+    backend = builtin_backend(tokenizer, args.additional_properties)
+    results = run_suite(tokenizer, args.draft, args.timeout, jobs=args.jobs, backend=backend)
+    summary = summarize(results)
+    summary["wall_s"] = time.perf_counter() - start
+    print(format_summary(summary))
+    for title, picked in (
+        ("invalid instances accepted (fails open)",
+         [(r, d) for r in results for d in r.invalid_accepted]),
+        ("valid instances rejected", [(r, d) for r in results for d in r.valid_rejected]),
+        ("groups timed out or crashed",
+         [(r, r.message) for r in results if r.status in ("timeout", "crash")]),
+    ):
+        if picked:
+            print(f"\n{title}: {len(picked)}")
+            for r, detail in picked[: args.show]:
+                print(f"  {r.draft}/{r.keyword_file}: {r.description} -- {detail}")
+    return summary
+
+
+def format_summary(s: dict) -> str:
+    return (f"groups compiled {s['compiled']}/{s['groups']} "
+            f"({s['unsupported']} refused, {s['timeout']} timeouts, {s['crash']} crashes); "
+            f"valid rejected {s['valid_rejected']}/{s['valid_instances']}; "
+            f"invalid accepted {s['invalid_accepted']}/{s['invalid_instances']}; "
+            f"compile p50 {1e3 * s['compile_p50_s']:.1f} ms, p99 {1e3 * s['compile_p99_s']:.0f} ms")
