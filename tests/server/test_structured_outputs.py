@@ -37,6 +37,31 @@ def test_response_format_json_schema(client):
     assert 0 <= record["n"] <= 99
 
 
+def test_strict_json_schema_closes_every_object(client):
+    """strict: true is OpenAI's strict mode: no property the schema does not allow, even
+    in an object schema that lists none (which otherwise takes any; that open grammar is
+    tested in test_json_schema_grammar.py)."""
+    schema = {"type": "object", "properties": {"inner": {"type": "object"}},
+              "required": ["inner"]}
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model=MODEL_NAME, messages=CHAT, max_tokens=40, temperature=1.0, seed=seed,
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "r", "schema": schema, "strict": True}})
+        assert json.loads(r.choices[0].message.content) == {"inner": {}}
+
+
+def test_strict_must_be_a_boolean(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=CHAT, max_tokens=4,
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "r", "schema": SCHEMA, "strict": "yes"}})
+    assert "strict" in str(info.value)
+
+
 def test_response_format_json_schema_streaming(client):
     chunks = client.chat.completions.create(
         model=MODEL_NAME, messages=CHAT, max_tokens=60, temperature=0, stream=True,

@@ -13,6 +13,7 @@ crash instead of stalling or killing the run. ``optional/`` is left out (as the
 suite's README says of it); groups whose schemas need ``remotes/`` count like the rest.
 
     specdec bench schema-suite [--draft draft2020-12 draft7] [--timeout 10] [--jobs 2]
+        [--peers llguidance]   # peers run in the same run where installed
 """
 
 from __future__ import annotations
@@ -222,6 +223,50 @@ def builtin_backend(tokenizer, additional_properties: str = "listed"):
     return compile_schema, encode
 
 
+def llguidance_backend(tokenizer):
+    """The peer: llguidance (``pip install llguidance``), same tokenizer and procedure;
+    objects follow the specification (additional properties allowed), compact output."""
+    import llguidance
+    import llguidance.hf
+
+    from specdec.structured.errors import ConstraintError
+
+    lltok = llguidance.hf.from_tokenizer(tokenizer)
+
+    class _Matcher:
+        def __init__(self, grammar):
+            self.inner = llguidance.LLMatcher(lltok, grammar)
+
+        def accept_token(self, token_id: int) -> bool:
+            return self.inner.consume_token(token_id) and not self.inner.is_error()
+
+        def is_accepting(self) -> bool:
+            return self.inner.is_accepting()
+
+    class _Compiled:
+        def __init__(self, grammar):
+            self.grammar = grammar
+
+        def matcher(self):
+            return _Matcher(self.grammar)
+
+    def compile_schema(schema):
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), defaults={"whitespace_flexible": False})
+        probe = llguidance.LLMatcher(lltok, grammar)
+        if probe.is_error():
+            raise ConstraintError(probe.get_error())
+        return _Compiled(grammar)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    return compile_schema, encode
+
+
+PEERS = {"llguidance": llguidance_backend}
+
+
 def run_suite(tokenizer, drafts=DRAFTS, timeout_s: float = 10.0,
               memory_bytes: int = 4 << 30, jobs: int = 2, root: Path | None = None,
               backend=None) -> list[GroupResult]:
@@ -238,6 +283,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--additional-properties", default="listed",
                         choices=["listed", "open", "closed"],
                         help="objects' extra properties (see structured/json_schema.py)")
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS),
+                        help="peers run in the same run where installed")
     parser.add_argument("--show", type=int, default=20,
                         help="list this many failing groups of each kind")
 
@@ -254,7 +301,19 @@ def main(args: argparse.Namespace) -> dict:
     results = run_suite(tokenizer, args.draft, args.timeout, jobs=args.jobs, backend=backend)
     summary = summarize(results)
     summary["wall_s"] = time.perf_counter() - start
-    print(format_summary(summary))
+    print(f"specdec     {format_summary(summary)}")
+    for name in args.peers:
+        try:
+            peer = PEERS[name](tokenizer)
+        except ImportError:
+            print(f"{name:11s} not installed")
+            continue
+        peer_summary = summarize(run_suite(tokenizer, args.draft, args.timeout,
+                                           jobs=args.jobs, backend=peer))
+        summary[name] = peer_summary
+        print(f"{name:11s} {format_summary(peer_summary)}")
+        print(f"{'':11s} compiled groups specdec / {name}: "
+              f"{summary['compiled'] / max(1, peer_summary['compiled']):.2f}x")
     for title, picked in (
         ("invalid instances accepted (fails open)",
          [(r, d) for r in results for d in r.invalid_accepted]),

@@ -89,7 +89,12 @@ def _response_format_option(fmt: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(spec, dict) or "schema" not in spec:
             raise BadRequestError("response_format.json_schema must be an object with a "
                                   "'schema'", param="response_format")
-        return {"json_schema": _schema(spec["schema"], "response_format.json_schema.schema")}
+        option = {"json_schema": _schema(spec["schema"], "response_format.json_schema.schema")}
+        strict = spec.get("strict", False)
+        if not isinstance(strict, bool):
+            raise BadRequestError("response_format.json_schema.strict must be a boolean",
+                                  param="response_format.json_schema.strict")
+        return {**option, "strict": True} if strict else option
     raise BadRequestError(
         f"response_format type {kind!r} is not supported (text, json_object, json_schema)",
         param="response_format",
@@ -132,7 +137,9 @@ def _check_constraint(options: dict[str, Any], where: str | None, ws_param: str)
     param = where if where != "structured_outputs" else \
         f"structured_outputs.{VLLM_NAMES.get(name, name)}"
     constraint = {k: options[k] for k in OPTION_NAMES if k in options}
-    _as_bad_request(lambda: constraint_spec(**constraint, whitespace_pattern=ws), param)
+    strict = bool(options.get("strict", False))
+    _as_bad_request(lambda: constraint_spec(**constraint, whitespace_pattern=ws,
+                                            strict=strict), param)
 
 
 def _as_bad_request(check, param: str) -> None:

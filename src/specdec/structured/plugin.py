@@ -42,7 +42,7 @@ from specdec.structured.spec import OPTION_NAMES, ConstraintSpec, constraint_spe
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 
 PLUGIN_NAME = "structured"
-EXTRA_OPTIONS = ("whitespace_pattern",)
+EXTRA_OPTIONS = ("whitespace_pattern", "strict")  # strict: closed objects (OpenAI's)
 DEFAULT_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_GRAMMAR_COMPILE_TIMEOUT", "60"))
 # The longest request_added waits to learn whether a constraint compiles; past it the
 # request is queued blocked and a late compile error fails it instead of rejecting it.
@@ -101,9 +101,13 @@ class StructuredOutputPlugin:
         options = {k: extra[k] for k in OPTION_NAMES if k in extra}
         if not options:
             if any(k in extra for k in EXTRA_OPTIONS):
-                raise ConstraintError("whitespace_pattern needs json_schema")
+                raise ConstraintError("whitespace_pattern and strict need json_schema")
             return
-        spec = constraint_spec(**options, whitespace_pattern=extra.get("whitespace_pattern"))
+        strict = extra.get("strict", False)
+        if not isinstance(strict, bool):
+            raise ConstraintError(f"strict must be a boolean, got {strict!r:.40}")
+        spec = constraint_spec(**options, whitespace_pattern=extra.get("whitespace_pattern"),
+                               strict=strict)
         compiled = cached(spec, self.vocab)
         if compiled is None:
             valid = threading.Event()  # set once it is known to compile, or when done
