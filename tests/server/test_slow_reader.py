@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from specdec.outputs import RequestMetrics, RequestOutput
-from specdec.server.async_engine import RequestStream
+from specdec.server.request_stream import RequestStream
 from tests.server.conftest import AUTH, MODEL_NAME, assert_still_serving, tiny_engine
 from tests.server.live_server import start_server
 

@@ -4,7 +4,12 @@ Layout, one concept per module:
 
 - :mod:`~specdec.server.app` — the FastAPI app factory and the info routes
   (``/health``, ``/v1/models``, ``/metrics``, ``/stats``);
-- :mod:`~specdec.server.async_engine` — the engine thread and per-request queues;
+- :mod:`~specdec.server.async_engine` — the engine thread; pausing and aborting requests
+  whose readers stall; :mod:`~specdec.server.request_stream` — a request's delta buffer;
+- :mod:`~specdec.server.prompts` — chat templates and tokenization in worker threads,
+  with :mod:`~specdec.server.template_sandbox` for trusted client templates;
+- :mod:`~specdec.server.options` (limits), :mod:`~specdec.server.body_limit` (413),
+  :mod:`~specdec.server.validation` (whole-body checks);
 - :mod:`~specdec.server.completions`, :mod:`~specdec.server.chat` — the two endpoints;
 - :mod:`~specdec.server.streaming` — admission, waiting, SSE, disconnect -> abort;
 - :mod:`~specdec.server.protocol` — request bodies; :mod:`~specdec.server.sampling` and

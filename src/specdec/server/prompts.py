@@ -14,6 +14,7 @@ slow template never delays the tokenization of other requests.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -118,17 +119,15 @@ class PromptPreparer:
                     param="chat_template")
             variables = {**self._special_tokens(), **template_kwargs, "messages": messages,
                          "add_generation_prompt": add_generation_prompt}
-            job, pool = (lambda: render(request_template, timeout, **variables)), \
-                self._template_pool
+            pool = self._template_pool
+            job = functools.partial(render, request_template, timeout, **variables)
         else:
             if not self.tokenizer.chat_template:
                 raise BadRequestError("this model has no chat template; use /v1/completions")
-
-            def job() -> str:
-                return self.tokenizer.apply_chat_template(
-                    messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                    **template_kwargs)
             pool = self._pool
+            job = functools.partial(self.tokenizer.apply_chat_template, messages,
+                                    tokenize=False, add_generation_prompt=add_generation_prompt,
+                                    **template_kwargs)
         future = asyncio.get_running_loop().run_in_executor(pool, job)
         try:
             return await asyncio.wait_for(future, timeout + 1.0)

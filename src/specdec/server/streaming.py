@@ -20,9 +20,10 @@ from fastapi import Request
 
 from specdec.outputs import RequestOutput
 from specdec.sampling_params import SamplingParams
-from specdec.server.async_engine import AsyncEngine, RequestStream
+from specdec.server.async_engine import AsyncEngine
 from specdec.server.errors import APIError, BadRequestError
 from specdec.server.metrics import ServerMetrics
+from specdec.server.request_stream import RequestStream
 
 DISCONNECT_POLL_S = 0.25
 
