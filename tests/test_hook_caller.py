@@ -269,6 +269,10 @@ def test_raising_stats_plugin_is_reported_under_its_name(tiny_model_dir):
     assert "no metrics today" in stats["plugin_error_BrokenStats"]
     assert stats["plugin_errors"] == 1
     assert "prefix_cache_hits" in stats and stats["kv_blocks_total"] > 0  # the others still show
+    from specdec.server.metrics import ServerMetrics
+
+    metrics = ServerMetrics().render(llm.stats())  # what /metrics serves
+    assert "specdec_engine_plugin_errors 2" in metrics and "no metrics" not in metrics
 
 
 def test_request_added_bug_rejects_with_plugin_error(tiny_model_dir):
