@@ -54,7 +54,7 @@ def test_bad_response_format_is_400(client):
                        ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
                        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
                            "type": "object", "properties": {"x": {"type": "number",
-                                                                  "minimum": 1}}}}},
+                                                                  "minimum": 1.5}}}}},
                         "minimum")]:
         with pytest.raises(openai.BadRequestError) as info:
             client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4,

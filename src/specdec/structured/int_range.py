@@ -58,3 +58,45 @@ def _same_length(lo: str, hi: str) -> str:
         parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}]" + "[0-9]" * (n - 1))
     parts.append(hi[0] + _same_length("0" * (n - 1), hi[1:]))
     return "(?:" + "|".join(parts) + ")"
+
+
+_FRACTION = r"(?:\.[0-9]+)?"
+_ZERO_FRACTION = r"(?:\.0+)?"
+_NONZERO_FRACTION = r"\.[0-9]*[1-9][0-9]*"
+
+
+def number_range_regex(lo: int | None, hi: int | None, lo_open: bool = False,
+                       hi_open: bool = False) -> str | None:
+    """A regex matching exactly the JSON numbers written without an exponent whose value
+    lies between the integers ``lo`` and ``hi`` (None: unbounded; ``*_open``: exclusive).
+    None where no number does. ``-0`` counts as 0."""
+    parts = []
+    # x >= 0, written without '-': magnitudes in [lo', hi'].
+    if hi is None or hi >= 0:
+        m_lo, m_lo_open = (lo, lo_open) if lo is not None and lo >= 0 else (0, False)
+        parts.append(_magnitude(m_lo, hi, m_lo_open, hi_open))
+    # x <= 0, written with '-': x = -m.
+    if lo is None or lo <= 0:
+        m_lo, m_lo_open = (-hi, hi_open) if hi is not None and hi <= 0 else (0, False)
+        m_hi, m_hi_open = (None, False) if lo is None else (-lo, lo_open)
+        magnitude = _magnitude(m_lo, m_hi, m_lo_open, m_hi_open)
+        parts.append(None if magnitude is None else "-" + magnitude)
+    parts = [p for p in parts if p is not None]
+    return "(?:" + "|".join(parts) + ")" if parts else None
+
+
+def _magnitude(a: int, b: int | None, a_open: bool, b_open: bool) -> str | None:
+    """Unsigned decimals m (integer part, optional fraction) with a <= m <= b, a >= 0."""
+    if b is not None and (a > b or a == b and (a_open or b_open)):
+        return None
+    if b is not None and a == b:
+        return str(a) + _ZERO_FRACTION
+    parts = [str(a) + (_NONZERO_FRACTION if a_open else _FRACTION)]
+    if b is None:
+        parts.append(_nonneg(a + 1, None) + _FRACTION)
+    else:
+        if b - 1 >= a + 1:
+            parts.append(_nonneg(a + 1, b - 1) + _FRACTION)
+        if not b_open:
+            parts.append(str(b) + _ZERO_FRACTION)
+    return "(?:" + "|".join(parts) + ")"

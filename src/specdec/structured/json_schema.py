@@ -10,7 +10,8 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``1.0`` matches ``1``), ``properties``/``required``/``additionalProperties`` (false,
   true or a schema), ``items``/``prefixItems``/``minItems``/``maxItems`` (draft 7
   ``items`` lists and ``additionalItems`` too), ``minLength``/``maxLength``,
-  ``pattern``, integer ``minimum``/``maximum``/``exclusive*``, ``anyOf``, ``oneOf``
+  ``pattern``, ``minimum``/``maximum``/``exclusive*`` (integers: any bound; numbers:
+  whole-number bounds, bounded numbers written without an exponent), ``anyOf``, ``oneOf``
   (when its alternatives cannot overlap), ``allOf`` and ``$ref`` beside other keywords
   (merged when the parts constrain different keywords), ``$ref``/``$defs``/
   ``definitions``/``$anchor``/``$id``-relative pointers within the document, boolean
@@ -22,7 +23,8 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   uri) enforced as its syntax (without RFC length limits), whitespace by ``whitespace``;
 * refused by name (:class:`UnsupportedSchemaError`): every other *validation* keyword
   (``not``, ``if``, ``multipleOf``, ``contains``, ``uniqueItems: true``,
-  ``patternProperties``, ``propertyNames``, ``min/maxProperties``, number bounds,
+  ``patternProperties``, ``propertyNames``, ``min/maxProperties``, fractional bounds
+  on numbers,
   ``dependent*``, ``unevaluated*``, ``$dynamicRef``, remote ``$ref``...) and
   combinations that would need an intersection (``pattern`` with ``maxLength``).
   Annotations and unknown keywords are ignored, as the specification says.
@@ -44,7 +46,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
-from specdec.structured.int_range import int_range_regex
+from specdec.structured.int_range import int_range_regex, number_range_regex
 from specdec.structured.json_pattern import pattern_to_json_regex
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
@@ -323,11 +325,6 @@ class _Compiler:
         types = _types(node, where)
         if "enum" in node or "const" in node:
             return self.enum(node, types, where)
-        bounds = [k for k in NUMBER_BOUNDS if k in node]
-        if "number" in types and bounds:
-            raise UnsupportedSchemaError(
-                f"{', '.join(bounds)} at {where}: numeric bounds are supported for type "
-                "'integer' only")
         out = []
         for kind in ("null", "boolean", "integer", "number", "string", "array", "object"):
             if kind not in types or (kind == "integer" and "number" in types):
@@ -351,7 +348,10 @@ class _Compiler:
         return self.terminal(regex)
 
     def type_number(self, node, where):
-        return self.terminal(NUMBER)
+        if not any(k in node for k in NUMBER_BOUNDS):
+            return self.terminal(NUMBER)
+        regex = number_range_regex(*_number_bounds(node, where))
+        return None if regex is None else self.terminal(regex)
 
     def type_string(self, node, where):
         present = set(STRING_KEYS & set(node))
@@ -677,6 +677,34 @@ def _integer_bounds(node: dict, where: str) -> tuple[int | None, int | None]:
         bound = math.ceil(number("exclusiveMaximum")) - 1
         hi = bound if hi is None else min(hi, bound)
     return lo, hi
+
+
+def _number_bounds(node: dict, where: str) -> tuple[int | None, int | None, bool, bool]:
+    """(lo, hi, lo exclusive, hi exclusive) of a number; bounds must be whole numbers
+    (bounded numbers are written without an exponent: a generation-time restriction)."""
+    def whole(key: str) -> int:
+        value = node[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise (UnsupportedSchemaError if isinstance(value, bool) else ConstraintError)(
+                f"{key} at {where} must be a number, got {value!r}")
+        if isinstance(value, float) and not value.is_integer():
+            raise UnsupportedSchemaError(
+                f"{key} {value!r} at {where}: bounds on numbers must be whole numbers")
+        return int(value)
+
+    lo = hi = None
+    lo_open = hi_open = False
+    for key, is_open in (("minimum", False), ("exclusiveMinimum", True)):
+        if key in node:
+            value = whole(key)
+            if lo is None or value > lo or value == lo and is_open:
+                lo, lo_open = value, is_open
+    for key, is_open in (("maximum", False), ("exclusiveMaximum", True)):
+        if key in node:
+            value = whole(key)
+            if hi is None or value < hi or value == hi and is_open:
+                hi, hi_open = value, is_open
+    return lo, hi, lo_open, hi_open
 
 
 def _count(node: dict, key: str, where: str, default: int | None) -> int | None:
