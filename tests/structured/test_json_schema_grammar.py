@@ -123,3 +123,30 @@ def test_false_schema_and_contradictions_accept_nothing():
         schema_to_lark(False)
     with pytest.raises(ConstraintError, match="no value"):
         schema_to_lark({"allOf": [{"type": "string"}, {"type": "integer"}]})
+
+
+def test_refs_resolve_against_the_base_uri_of_their_schema(compile_for, accepts):
+    """$id changes the base for its subtree: "item.json" inside it names the sibling
+    resource, not a file relative to the root."""
+    schema = {
+        "$id": "https://example.com/root.json",
+        "$defs": {
+            "a": {"$id": "https://example.com/nested/item.json", "type": "integer"},
+            "b": {"$id": "https://example.com/item.json", "type": "string"},
+            "c": {"$id": "https://example.com/nested/other.json", "$ref": "item.json"},
+        },
+        "$ref": "nested/other.json",
+    }
+    compiled = compile_for(json_schema=schema)
+    assert accepts(compiled, "3") and not accepts(compiled, '"x"')
+
+
+def test_remote_refs_come_only_from_retrieve():
+    schema = {"$ref": "https://example.com/int.json"}
+    with pytest.raises(UnsupportedSchemaError, match="nothing is fetched"):
+        schema_to_lark(schema)
+    docs = {"https://example.com/int.json": {"type": "integer", "$defs": {
+        "s": {"$anchor": "str", "type": "string"}}}}
+    assert "T" in schema_to_lark(schema, retrieve=docs.get)
+    anchored = schema_to_lark({"$ref": "https://example.com/int.json#str"}, retrieve=docs.get)
+    assert anchored != schema_to_lark(schema, retrieve=docs.get)

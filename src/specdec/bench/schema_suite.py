@@ -10,7 +10,8 @@ can have.
 Groups run in forked children, a few at a time, each with a wall-clock limit and an
 address-space cap: a schema that explodes at compile time is recorded as a timeout or
 crash instead of stalling or killing the run. ``optional/`` is left out (as the
-suite's README says of it); groups whose schemas need ``remotes/`` count like the rest.
+suite's README says of it); ``remotes/`` documents are read from disk for the
+``http://localhost:1234/`` references the tests make (the peer gets none).
 
     specdec bench schema-suite [--draft draft2020-12 draft7] [--timeout 10] [--jobs 2]
         [--peers llguidance]   # peers run in the same run where installed
@@ -81,7 +82,7 @@ def check_group(compile_schema: Callable[[Any], Any], encode: Callable[[str], li
     result = GroupResult(draft, keyword_file, group["description"], "compiled")
     start = time.perf_counter()
     try:
-        compiled = compile_schema(group["schema"])
+        compiled = compile_schema(group["schema"], draft)
     except ConstraintError as exc:
         result.status, result.message = "unsupported", str(exc)[:300]
         return result
@@ -202,18 +203,40 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def builtin_backend(tokenizer, additional_properties: str = "listed"):
+REMOTES_URI = "http://localhost:1234/"
+
+
+def local_remotes(root: Path):
+    """The suite's ``remotes/`` documents by the URIs its tests use, read from disk
+    (never fetched): ``http://localhost:1234/x.json`` -> ``remotes/x.json``."""
+    folder = (root / "remotes").resolve()
+
+    def retrieve(uri: str):
+        if not uri.startswith(REMOTES_URI):
+            return None
+        path = (folder / uri[len(REMOTES_URI):]).resolve()
+        if folder not in path.parents or not path.is_file():
+            return None
+        return json.loads(path.read_text())
+
+    return retrieve
+
+
+def builtin_backend(tokenizer, additional_properties: str = "listed",
+                    root: Path | None = None):
     """(compile_schema, encode) for specdec's own compiler, without the disk cache."""
     from specdec.structured.compile import compile_spec
     from specdec.structured.json_schema import schema_to_lark
     from specdec.structured.spec import ConstraintSpec
     from specdec.structured.vocabulary import token_vocabulary
 
+    retrieve = local_remotes(root or suite_root())
     vocab = token_vocabulary(tokenizer, len(tokenizer), frozenset(
         [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []))
 
-    def compile_schema(schema):
-        grammar = schema_to_lark(schema, additional_properties=additional_properties)
+    def compile_schema(schema, draft: str = "draft2020-12"):
+        grammar = schema_to_lark(schema, additional_properties=additional_properties,
+                                 retrieve=retrieve, default_draft=draft)
         return compile_spec(ConstraintSpec("grammar", grammar, "json_schema"), vocab,
                             use_disk_cache=False)
 
@@ -250,7 +273,7 @@ def llguidance_backend(tokenizer):
         def matcher(self):
             return _Matcher(self.grammar)
 
-    def compile_schema(schema):
+    def compile_schema(schema, draft: str = "draft2020-12"):
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
             json.dumps(schema), defaults={"whitespace_flexible": False})
         probe = llguidance.LLMatcher(lltok, grammar)

@@ -42,12 +42,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.int_range import int_range_regex, number_range_regex
 from specdec.structured.json_pattern import pattern_to_json_regex
+from specdec.structured.schema_refs import SchemaIndex, is_legacy_draft
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
 MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
@@ -120,21 +121,28 @@ def schema_to_dict(schema: Any) -> dict:
 
 
 def schema_to_lark(schema: Any, whitespace: str | None = None, strict: bool = False,
-                   additional_properties: str = "listed") -> str:
+                   additional_properties: str = "listed",
+                   retrieve: Callable[[str], Any] | None = None,
+                   default_draft: str = "2020-12") -> str:
     """The Lark grammar of the JSON texts ``schema`` accepts (see the module doc).
     ``whitespace``: a regex allowed around punctuation (default ``[ ]?``); ``strict``:
-    ``additional_properties="closed"``."""
+    ``additional_properties="closed"``; ``retrieve``: URI -> schema for ``$ref``s to
+    other documents (offline use; nothing is ever fetched); ``default_draft``: the draft
+    of a schema without ``$schema`` (draft 7 and earlier: ``$ref`` ignores its siblings)."""
     if additional_properties not in ("listed", "open", "closed"):
         raise ValueError(f"additional_properties must be listed, open or closed, "
                          f"got {additional_properties!r}")
     if not isinstance(schema, bool):
         schema = schema_to_dict(schema)
     mode = "closed" if strict else additional_properties
-    return _Compiler(schema, whitespace or COMPACT_WHITESPACE, mode).grammar()
+    return _Compiler(schema, whitespace or COMPACT_WHITESPACE, mode, retrieve,
+                     default_draft).grammar()
 
 
 class _Compiler:
-    def __init__(self, root: Any, whitespace: str, additional_properties: str):
+    def __init__(self, root: Any, whitespace: str, additional_properties: str,
+                 retrieve: Callable[[str], Any] | None = None,
+                 default_draft: str = "2020-12"):
         self.root = root
         self.whitespace = whitespace
         self.additional_properties = additional_properties
@@ -142,7 +150,8 @@ class _Compiler:
         self.terminals: dict[str, str] = {}  # regex -> terminal name
         self.memo: dict[int, str | None] = {}  # id(schema node) -> rule (None: no value)
         self.keep: list[Any] = []  # merged nodes, alive so their ids stay unique
-        self.anchors = _collect_anchors(root)
+        self.legacy = is_legacy_draft(root, default_draft)
+        self.refs = SchemaIndex(root, retrieve, ref_overrides_siblings=self.legacy)
         self.counter = 0
 
     # ------------------------------------------------------------------ output
@@ -222,8 +231,8 @@ class _Compiler:
         if depth > MAX_MERGE_DEPTH:
             raise UnsupportedSchemaError(f"schema at {where} nests $ref/allOf too deeply")
         if "$ref" in node:
-            target = self.resolve(node["$ref"], where)
-            rest = {k: v for k, v in node.items() if k != "$ref"}
+            target = self.resolve(node["$ref"], node, where)
+            rest = {k: v for k, v in node.items() if k != "$ref" and not self.legacy}
             if not _constrains(rest):
                 rule = self.value(target, f"{where}/$ref", depth + 1)
                 return [rule] if rule else []
@@ -277,7 +286,7 @@ class _Compiler:
                 raise ConstraintError(f"allOf entry at {where} must be a schema")
             while "$ref" in part and not _constrains({k: v for k, v in part.items()
                                                       if k != "$ref"}):
-                part = self.resolve(part["$ref"], where)
+                part = self.resolve(part["$ref"], part, where)
                 if part is True or part is False:
                     break
             if part is False:
@@ -315,7 +324,7 @@ class _Compiler:
     def flatten(self, part: dict, where: str) -> Any:
         pieces: list[Any] = [{k: v for k, v in part.items() if k not in ("$ref", "allOf")}]
         if "$ref" in part:
-            pieces.append(self.resolve(part["$ref"], where))
+            pieces.append(self.resolve(part["$ref"], part, where))
         pieces += part.get("allOf", [])
         return self.merge(pieces, where)
 
@@ -513,27 +522,8 @@ class _Compiler:
 
     # ------------------------------------------------------------------ refs
 
-    def resolve(self, ref: Any, where: str) -> Any:
-        if not isinstance(ref, str):
-            raise ConstraintError(f"$ref at {where} must be a string")
-        base, _, fragment = ref.partition("#")
-        if base and base not in self.anchors.get("$ids", {}):
-            raise UnsupportedSchemaError(
-                f"$ref {ref!r} at {where}: only references within the document are supported")
-        node = self.anchors["$ids"][base] if base else self.root
-        if fragment and not fragment.startswith("/"):
-            if fragment not in self.anchors["names"]:
-                raise ConstraintError(f"$ref {ref!r} at {where}: no such anchor")
-            return self.anchors["names"][fragment]
-        for token in filter(None, fragment.split("/")):
-            token = unquote(token).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and token in node:
-                node = node[token]
-            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-                node = node[int(token)]
-            else:
-                raise ConstraintError(f"$ref {ref!r} at {where} points nowhere")
-        return node
+    def resolve(self, ref: Any, holder: Any, where: str) -> Any:
+        return self.refs.resolve(ref, holder, where)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -753,30 +743,3 @@ def _string_except(names: list[str]) -> str:
         return "(?:" + "|".join(parts) + ")"
 
     return f'"{body(trie)}"'
-
-
-def _collect_anchors(root: Any) -> dict:
-    """``$anchor`` names and ``$id`` documents within the schema."""
-    names: dict[str, Any] = {}
-    ids: dict[str, Any] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("$anchor"), str):
-                names[node["$anchor"]] = node
-            if isinstance(node.get("$id"), str):
-                base, _, fragment = node["$id"].partition("#")
-                if base:
-                    ids[base] = node
-                    ids[base.rsplit("/", 1)[-1]] = node
-                if fragment and not fragment.startswith("/"):  # draft 7 "#foo" anchors
-                    names[fragment] = node
-            for key, value in node.items():
-                if key not in ("enum", "const"):
-                    walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(root)
-    return {"names": names, "$ids": ids}
