@@ -289,6 +289,7 @@ class LLMEngine:
 
     def _fail(self, req: Request, err: PluginError, updated: dict | None = None) -> None:
         req.error = str(err)
+        req.error_is_client = isinstance(err.error, ValueError)  # ConstraintError included
         self._finish(req, "error")
         if updated is not None:
             updated[req.request_id] = req
@@ -327,6 +328,7 @@ class LLMEngine:
             token_ids=list(req.output_token_ids),
             finish_reason=req.finish_reason,
             error=req.error,
+            error_is_client=req.error_is_client,
             logprobs=list(req.logprobs) if req.sampling_params.logprobs is not None else None,
             metrics=RequestMetrics(
                 arrival_time=req.arrival_time,

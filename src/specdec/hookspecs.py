@@ -19,7 +19,9 @@ One engine step runs the hooks in this order::
 Failure isolation (each spec's ``Failure:`` line says which applies):
 
 - per request: the request fails (finish_reason ``"error"``, ``RequestOutput.error``
-  names the plugin and hook); the engine and the other requests go on.
+  names the plugin and hook); the engine and the other requests go on. A ``ValueError``
+  (``ConstraintError`` included) means the request's input was bad:
+  ``RequestOutput.error_is_client`` is set and the server answers 400, not 500.
 - batch hooks (``specdec_schedule``, ``specdec_batch_scheduled``, ``specdec_logits``):
   an implementation that raises on the batch is called again one request at a time,
   and only the requests it raises on fail; so it must give the same answer for a

@@ -44,6 +44,9 @@ class RequestOutput:
     finish_reason: str | None  # "stop" | "length" | "abort" | "error"; None while running
     metrics: RequestMetrics
     error: str | None = None
+    # Set with an error: the request was bad (a plugin refused its input, e.g. a constraint
+    # that failed to compile after admission), not the server: HTTP 400, not 500.
+    error_is_client: bool = False
     logprobs: list[dict[int, float]] | None = None
     delta_text: str = ""  # text added by the latest step (streaming)
     delta_token_ids: list[int] = field(default_factory=list)

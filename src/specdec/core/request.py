@@ -38,6 +38,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
     error: str | None = None
+    error_is_client: bool = False  # the error is the request's fault (a bad constraint...)
     blocked_reason: str | None = None  # set by plugins: not schedulable until cleared
     num_preemptions: int = 0
     num_cached_prompt_tokens: int = 0  # prompt tokens served by the prefix cache

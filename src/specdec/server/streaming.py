@@ -64,6 +64,8 @@ async def final_output(engine: AsyncEngine, stream: RequestStream,
         if last is None or not last.finished:
             engine.abort(stream.request_id)
     if last.finish_reason == "error":
+        if last.error_is_client:
+            raise BadRequestError(last.error or "the request was refused")
         raise GenerationError(last.error or "generation failed")
     return dataclasses.replace(last, text="".join(texts), token_ids=token_ids,
                                logprobs=None if last.logprobs is None else logprobs)
@@ -103,8 +105,9 @@ async def sse_events(engine: AsyncEngine, stream: RequestStream,
         async for out in stream:
             last = out
             if out.finish_reason == "error":
+                kind = "invalid_request_error" if out.error_is_client else "server_error"
                 body = {"error": {"message": out.error or "generation failed",
-                                  "type": "server_error", "param": None, "code": None}}
+                                  "type": kind, "param": None, "code": None}}
                 yield _event(body)
                 break
             for chunk in chunks(out):
