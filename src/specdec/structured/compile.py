@@ -17,6 +17,7 @@ compiled constraint caches while serving are bounded by the constraint itself.
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
 from specdec.structured.cfg.prewalk import terminals_fingerprint
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
+from specdec.structured.compile_worker import ProcessCompiler
 from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
@@ -47,6 +49,7 @@ _memory = MemoryCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_MEMORY_MIB", 
 _disk = DiskCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_DISK_MIB", "1024")) * MiB)
 _locks: dict[tuple[str, str], threading.Lock] = {}  # keys being compiled now
 _guard = threading.Lock()
+_compiler = ProcessCompiler()  # isolated compiles: one capped child process each
 
 
 def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = None) -> None:
@@ -56,6 +59,19 @@ def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = N
     if disk_bytes is not None:
         _disk.max_bytes = disk_bytes
         _disk.evict(_cache_path("", "").parent)
+
+
+def configure_isolation(max_workers: int | None = None,
+                        memory_bytes: int | None = None) -> None:
+    """Set how many compile children may run at once and each one's memory cap."""
+    global _compiler
+    _compiler = ProcessCompiler(max_workers or _compiler.max_workers,
+                                memory_bytes or _compiler.memory_bytes)
+
+
+def start_isolation() -> None:
+    """Start the compile forkserver now, so the first isolated compile starts warm."""
+    _compiler.start()
 
 
 def compile_constraint(tokenizer, *, grammar: str | None = None, regex: str | None = None,
@@ -80,11 +96,15 @@ def cached(spec: ConstraintSpec, vocab: TokenVocabulary) -> CompiledConstraint |
 
 
 def compile_spec(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool = True,
-                 on_valid: Callable[[], None] | None = None) -> CompiledConstraint:
+                 on_valid: Callable[[], None] | None = None, isolated: bool = False,
+                 timeout_s: float | None = None) -> CompiledConstraint:
     """Compile (or find) ``spec`` for ``vocab``; thread-safe, one build per key at a time.
 
     ``on_valid``: called once the constraint is known to compile (a grammar's tables
     are built; a regex is done), before the rest of the work. It is not called on error.
+    ``isolated``: build what the caches lack in a capped child process (see
+    :mod:`~specdec.structured.compile_worker`), killed after ``timeout_s``; the caches
+    and the assembled constraint stay in this process. A cache hit starts no child.
     """
     key = (spec.key, vocab.fingerprint)
     with _guard:
@@ -95,7 +115,11 @@ def compile_spec(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: b
     with lock:  # two requests for the same new grammar compile it once
         compiled = _memory.get(key)
         if compiled is None:
-            compiled, nbytes = _build(spec, vocab, use_disk_cache, on_valid)
+            if isolated:
+                compiled, nbytes = _build_isolated(spec, vocab, use_disk_cache, on_valid,
+                                                   timeout_s)
+            else:
+                compiled, nbytes = _build(spec, vocab, use_disk_cache, on_valid)
             _memory.put(key, compiled, nbytes)
     with _guard:
         _locks.pop(key, None)
@@ -123,8 +147,7 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
         tables, tables_bytes = _grammar_tables(spec.source, use_disk_cache)
         if on_valid is not None:
             on_valid()
-        path = _cache_path(f"{terminals_fingerprint(tables.terminals)}-{vocab.fingerprint}",
-                           "walks")
+        path = _walks_path(tables, vocab)
         loaded = _disk.load(path) if use_disk_cache else None
         compiled = CompiledGrammar(tables, vocab, loaded[0] if loaded else None)
         if loaded is None:
@@ -138,6 +161,61 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
     index, nbytes = _cached_artifact(path, use_disk_cache,
                                      lambda: build_index(spec.source, vocab))
     return CompiledRegex(spec.source, vocab, index), nbytes
+
+
+def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
+                    on_valid: Callable[[], None] | None,
+                    timeout_s: float | None) -> tuple[CompiledConstraint, int]:
+    """``_build``, with every artifact the disk cache lacks built in a child process."""
+    progress = (lambda _: on_valid()) if on_valid is not None else None
+    if spec.kind == "grammar":
+        tables_path = _cache_path(ConstraintSpec("grammar", spec.source, "").key, "tables")
+        tables = _disk.load(tables_path) if use_disk_cache else None
+        walks = None
+        if tables is not None:
+            walks_path = _walks_path(tables[0], vocab)
+            walks = _disk.load(walks_path) if use_disk_cache else None
+        if tables is None or walks is None:
+            vocab.byte_trie  # noqa: B018 - sent built (3 MB, ~3 ms): rebuilding costs ~120 ms
+            tables_data, walks_data = _compiler.run(
+                _grammar_artifacts, (spec.source, vocab), spec.origin, timeout_s, progress)
+            tables = pickle.loads(tables_data), len(tables_data)
+            walks = pickle.loads(walks_data), len(walks_data)
+            if use_disk_cache:
+                _disk.store(tables_path, tables_data)
+                _disk.store(_walks_path(tables[0], vocab), walks_data)
+        elif on_valid is not None:
+            on_valid()
+        compiled = CompiledGrammar(tables[0], vocab, walks[0])
+        compiled.mask_for(compiled.initial_state)  # warm the first step
+        return compiled, tables[1] + walks[1]
+    path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")
+    loaded = _disk.load(path) if use_disk_cache else None
+    if loaded is None:
+        data = _compiler.run(_regex_index, (spec.source, vocab), spec.origin,
+                             timeout_s, progress)
+        if use_disk_cache:
+            _disk.store(path, data)
+        loaded = pickle.loads(data), len(data)
+    return CompiledRegex(spec.source, vocab, loaded[0]), loaded[1]
+
+
+def _grammar_artifacts(text: str, vocab: TokenVocabulary, send) -> tuple[bytes, bytes]:
+    """In the child: a grammar's tables and compile-time walks, pickled."""
+    from specdec.structured.spec import grammars_dir
+
+    tables = GrammarTables(text, import_paths=[str(grammars_dir())])
+    send("valid")
+    return dumps(tables), dumps(CompiledGrammar(tables, vocab).prewalk())
+
+
+def _regex_index(pattern: str, vocab: TokenVocabulary, send) -> bytes:
+    """In the child: a regex's outlines-core index, pickled."""
+    return dumps(build_index(pattern, vocab))
+
+
+def _walks_path(tables: GrammarTables, vocab: TokenVocabulary) -> Path:
+    return _cache_path(f"{terminals_fingerprint(tables.terminals)}-{vocab.fingerprint}", "walks")
 
 
 def _cached_artifact(path: Path, use_disk_cache: bool, build) -> tuple[Any, int]:

@@ -7,7 +7,9 @@ Per request (options in ``SamplingParams.extra``: ``grammar``, ``regex``,
    compile in the compile pool, never on the calling (engine) thread. The caller waits
    at most ``validate_wait_s`` to learn whether the constraint compiles (a grammar's
    tables are built, or the compile is done), so a bad constraint is rejected before it
-   is queued (ValueError, HTTP 400); a cached one needs no wait. The rest of the compile
+   is queued (ValueError, HTTP 400); a cached one needs no wait. The table build runs in
+   a capped child process (:mod:`~specdec.structured.compile_worker`), killed past the
+   timeout or its memory cap. The rest of the compile
    goes on in the pool while ``request.blocked_reason`` keeps the request out of the
    schedule (others keep running). A compile that fails after the wait or runs past
    ``compile_timeout_s`` unblocks the request, which then fails with the error.
@@ -35,7 +37,14 @@ import torch
 
 from specdec.hookspecs import hookimpl
 from specdec.structured.bitmask import allocate_token_bitmask, apply_token_bitmask_
-from specdec.structured.compile import CompiledConstraint, cached, compile_spec, grammar_tables
+from specdec.structured.compile import (
+    CompiledConstraint,
+    cached,
+    compile_spec,
+    grammar_tables,
+    start_isolation,
+)
+from specdec.structured.compile_worker import ISOLATION, MAX_WORKERS
 from specdec.structured.errors import CompileTimeoutError, ConstraintError
 from specdec.structured.matcher import Matcher
 from specdec.structured.spec import OPTION_NAMES, ConstraintSpec, constraint_spec
@@ -47,7 +56,7 @@ DEFAULT_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_GRAMMAR_COMPILE_TIMEOU
 # The longest request_added waits to learn whether a constraint compiles; past it the
 # request is queued blocked and a late compile error fails it instead of rejecting it.
 DEFAULT_VALIDATE_WAIT_S = float(os.environ.get("SPECDEC_GRAMMAR_VALIDATE_WAIT", "0.25"))
-COMPILE_WORKERS = 2  # a long compile does not hold up a short one behind it
+COMPILE_WORKERS = MAX_WORKERS  # threads waiting on compile children (one child each)
 MAX_FORCED_DRAFTS = 8  # grammar-forced tokens appended to a request's drafts per step
 
 
@@ -81,6 +90,8 @@ class StructuredOutputPlugin:
                                       frozenset(context.eos_token_ids))
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
         grammar_tables('start: "a"', use_disk_cache=False)  # lark's one-time set-up, now
+        if ISOLATION:
+            start_isolation()
         if not context.config.speculative:
             return  # forced-text drafts only exist under speculation
         self.max_forced_drafts = MAX_FORCED_DRAFTS
@@ -111,7 +122,8 @@ class StructuredOutputPlugin:
         compiled = cached(spec, self.vocab)
         if compiled is None:
             valid = threading.Event()  # set once it is known to compile, or when done
-            future = self._executor.submit(compile_spec, spec, self.vocab, on_valid=valid.set)
+            future = self._executor.submit(compile_spec, spec, self.vocab, on_valid=valid.set,
+                                           isolated=ISOLATION, timeout_s=self.compile_timeout_s)
             future.add_done_callback(lambda _: valid.set())
             valid.wait(self.validate_wait_s)
             try:
