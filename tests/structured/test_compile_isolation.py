@@ -106,3 +106,23 @@ def test_generate_with_grammar_and_schema_end_to_end(tiny_model_dir, tmp_path, m
               "additionalProperties": False}
     out = llm.generate("JSON:", params, json_schema=schema, use_tqdm=False)[0]
     assert isinstance(json.loads(out.text)["a"], bool)
+
+
+def test_a_script_without_a_main_guard_can_use_constraints(tmp_path, tiny_model_dir):
+    """Compile children must not re-run the user's script (multiprocessing's forkserver
+    would, and fail with its bootstrapping error)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from specdec import LLM, SamplingParams\n"
+        f"llm = LLM(model={str(tiny_model_dir)!r}, dtype='float32')\n"
+        "out = llm.generate(['Hi'], SamplingParams(max_tokens=8, temperature=0),\n"
+        "                   regex='[0-9]{3}', use_tqdm=False)[0]\n"
+        "print('RESULT', out.finish_reason, out.text)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "SPECDEC_COMPILE_ISOLATION"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert "RESULT stop" in proc.stdout, proc.stderr[-2000:]
+    assert proc.stdout.split("RESULT stop ")[1].strip().isdigit()

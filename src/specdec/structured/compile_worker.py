@@ -14,6 +14,7 @@ WORKERS`` (default 2), ``SPECDEC_COMPILE_MEMORY_MIB`` (default 2048).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -21,6 +22,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing import spawn
 from typing import Any
 
 from specdec.structured.errors import CompileTimeoutError, ConstraintError
@@ -29,6 +31,32 @@ ISOLATION = os.environ.get("SPECDEC_COMPILE_ISOLATION", "1") != "0"
 MAX_WORKERS = int(os.environ.get("SPECDEC_COMPILE_WORKERS", "2"))
 MEMORY_BYTES = int(os.environ.get("SPECDEC_COMPILE_MEMORY_MIB", "2048")) * 2**20
 PRELOAD = ["specdec.structured.compile_preload"]  # imports the compile modules, warm
+
+
+_starting = threading.local()
+
+
+def _preparation_data(name: str, _original=spawn.get_preparation_data) -> dict:
+    data = _original(name)
+    if getattr(_starting, "active", False):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+spawn.get_preparation_data = _preparation_data
+
+
+@contextlib.contextmanager
+def _without_main_module():
+    """Start a child that does not re-import the caller's ``__main__``: ``_child`` lives
+    in this module, and a user's script without an ``if __name__ == "__main__"`` guard
+    would otherwise run again in every compile child (and fail to start it)."""
+    _starting.active = True
+    try:
+        yield
+    finally:
+        _starting.active = False
 
 
 class ProcessCompiler:
@@ -68,7 +96,8 @@ class ProcessCompiler:
             recv, send = ctx.Pipe(duplex=False)
             child = ctx.Process(target=_child, args=(send, self.memory_bytes, fn, args),
                                 daemon=True, name="specdec-compile")
-            child.start()
+            with _without_main_module():
+                child.start()
             send.close()
             try:
                 return self._collect(recv, child, what, timeout_s, deadline, on_progress)
