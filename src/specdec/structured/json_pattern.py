@@ -42,7 +42,6 @@ _SPACE: Ranges = sorted([(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x16
                          (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)])
 _NOT_SURROGATE: Ranges = [(0, 0xD7FF), (0xE000, MAX_CHAR)]
 _LINE_TERMINATORS: Ranges = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
-_ANY_JSON_CHAR = None  # filled below: one JSON-spelled character of any kind
 
 
 def normalize(ranges: Ranges) -> Ranges:
@@ -108,7 +107,7 @@ def json_char_regex(ranges: Ranges) -> str | None:
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
 
-_ANY_JSON_CHAR = json_char_regex([(0, MAX_CHAR)])
+_ANY_JSON_CHAR = json_char_regex([(0, MAX_CHAR)])  # one JSON-spelled character of any kind
 
 
 def pattern_to_json_regex(pattern: str, where: str = "#") -> str:
