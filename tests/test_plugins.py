@@ -167,3 +167,30 @@ def test_rejected_request_releases_state_of_plugins_that_accepted_it(tiny_model_
     with pytest.raises(ValueError, match="no thanks"):
         llm.generate("hello", use_tqdm=False)
     assert recorder.finished == [(recorder.added[0], "error")]
+
+
+class EngineWideSetting:
+    """Owns one engine option and reads it at start."""
+
+    def __init__(self):
+        self.seen = None
+
+    @hookimpl
+    def specdec_engine_options(self):
+        return ["banned_everywhere"]
+
+    @hookimpl
+    def specdec_engine_started(self, context):
+        self.seen = context.config.plugin_options.get("banned_everywhere")
+
+
+def test_engine_options_reach_the_plugin_that_declares_them(tiny_model_dir):
+    plugin = EngineWideSetting()
+    LLM(model=str(tiny_model_dir), plugins=[plugin], num_kv_blocks=16,
+        banned_everywhere=7)
+    assert plugin.seen == 7
+
+
+def test_unknown_engine_option_is_an_error_naming_it(tiny_model_dir):
+    with pytest.raises(ValueError, match="unknown engine option.*'no_such_setting'"):
+        LLM(model=str(tiny_model_dir), num_kv_blocks=16, no_such_setting=1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -27,6 +27,9 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     fused_kernels: bool = True  # fused C++ CPU kernels + pre-packed bf16 weights; False: eager
     speculative: dict[str, Any] | None = None
+    # Engine-wide settings owned by plugins (e.g. ``structured_backend``), by the names
+    # the plugins declare in ``specdec_engine_options``; an unclaimed name is an error.
+    plugin_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -39,3 +42,11 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
+        """Fields by name; any other keyword is a plugin option (``plugin_options``)."""
+        names = {f.name for f in fields(cls)}
+        plugin_options = dict(kwargs.pop("plugin_options", None) or {})
+        plugin_options.update({k: kwargs.pop(k) for k in list(kwargs) if k not in names})
+        return cls(**kwargs, plugin_options=plugin_options)

@@ -50,6 +50,15 @@ class LLMEngine:
         self.hooks = HookCaller(self.pm)
         self.registry = ModelRegistry()
         self._start_hook("specdec_register_models", registry=self.registry)
+        engine_options = frozenset(
+            itertools.chain.from_iterable(self._start_hook("specdec_engine_options"))
+        )
+        unknown = set(config.plugin_options) - engine_options
+        if unknown:
+            raise ValueError(
+                f"unknown engine option(s) {sorted(unknown)}; plugins accept "
+                f"{sorted(engine_options) or 'none'}"
+            )
 
         model_dir = loader.resolve_model_dir(config.model)
         self.model_dir = model_dir

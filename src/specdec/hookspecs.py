@@ -67,6 +67,19 @@ def specdec_register_models(registry: ModelRegistry) -> None:
 
 
 @hookspec
+def specdec_engine_options() -> list[str]:
+    """Names of engine-wide settings this plugin owns.
+
+    When: once, when an ``LLM`` is created, before the model is loaded.
+    ``LLM(name=value)`` (and ``EngineConfig.plugin_options``) carry them; the plugin
+    reads ``context.config.plugin_options`` in ``specdec_engine_started``. A name no
+    plugin claims is an error (``ValueError``), so a typo never goes unnoticed.
+    Returns: a list of option names. Cost: negligible.
+    Failure: start-up (the ``LLM`` is not built).
+    """
+
+
+@hookspec
 def specdec_engine_started(context: EngineContext) -> None:
     """The engine is built; plugins receive what they need to run.
 

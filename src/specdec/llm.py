@@ -20,11 +20,12 @@ class LLM:
     """A paged-KV continuous-batching engine over a local model.
 
     ``LLM()`` loads the bundled SmolLM2-135M-Instruct; ``LLM(model=PATH)`` a local
-    HF directory or a .gguf file. Keyword arguments are :class:`EngineConfig` fields.
+    HF directory or a .gguf file. Keyword arguments are :class:`EngineConfig` fields or
+    engine options that plugins declare (e.g. ``structured_backend="llguidance"``).
     """
 
     def __init__(self, model: str | None = None, **config: Any):
-        self.engine = LLMEngine(EngineConfig(model=model, **config))
+        self.engine = LLMEngine(EngineConfig.from_kwargs(model=model, **config))
 
     @property
     def tokenizer(self):
