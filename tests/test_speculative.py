@@ -10,7 +10,7 @@ from specdec import LLM, SamplingParams
 from specdec.core.request import Request
 from specdec.sample.logits_rows import LogitsRow
 from specdec.sample.sampler import Sampler
-from specdec.spec.ngram import TokenHistory, propose_ngram
+from specdec.speculative.ngram import TokenHistory, propose_ngram
 
 
 def total_variation(a: np.ndarray, b: np.ndarray) -> float:

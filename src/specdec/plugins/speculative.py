@@ -10,9 +10,9 @@ implement ``specdec_schedule`` and set ``request.draft_token_ids``.
 from __future__ import annotations
 
 from specdec.hookspecs import hookimpl
-from specdec.spec.config import SpeculativeConfig
-from specdec.spec.metrics import SpecMetrics
-from specdec.spec.ngram import TokenHistory, propose_ngram
+from specdec.speculative.config import SpeculativeConfig
+from specdec.speculative.metrics import SpecMetrics
+from specdec.speculative.ngram import TokenHistory, propose_ngram
 
 OPT_OUT = "speculative"  # per-request option: speculative=False opts out
 
@@ -35,7 +35,7 @@ class SpeculativePlugin:
             return
         self.config = SpeculativeConfig.from_dict(dict(options))
         if self.config.method == "draft":
-            from specdec.spec.draft_model import DraftModelProposer
+            from specdec.speculative.draft_model import DraftModelProposer
 
             self.proposer = DraftModelProposer(self.config, context)
 

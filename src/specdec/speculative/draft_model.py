@@ -28,8 +28,8 @@ from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config
 from specdec.model.packed_linear import pack_linears
 from specdec.sample.sampler import processed_probs
-from specdec.spec.config import SpeculativeConfig
-from specdec.spec.quantize import quantize_int8
+from specdec.speculative.config import SpeculativeConfig
+from specdec.speculative.quantize import quantize_int8
 
 
 class DraftModelProposer:
