@@ -87,9 +87,9 @@ def test_auto_dtype_cache_is_keyed_by_level_and_flags(monkeypatch, tmp_path):
     """Two CPUs that both call themselves "AMD EPYC" must not share a measurement."""
     import json
 
-    from specdec.model import builder, loader
+    from specdec.model import builder
 
-    monkeypatch.setattr(loader, "cache_root", lambda: tmp_path)
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(isa, "level", lambda: "avx512")
     monkeypatch.setattr(builder, "_measure_fastest_dtype", lambda: torch.bfloat16)
     builder.fastest_matmul_dtype.cache_clear()

@@ -73,10 +73,10 @@ def build_tag(level: str) -> str:
 def _build(level: str) -> ModuleType:
     from torch.utils import cpp_extension
 
-    from specdec.model.loader import cache_root
+    from specdec.paths import kernels_dir
 
     tag = build_tag(level)
-    build_dir = cache_root() / "kernels" / tag
+    build_dir = kernels_dir() / tag
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"specdec_cpu_kernels_{tag.replace('-', '_')}"
     if not any(build_dir.glob(f"{name}*.so")):

@@ -66,14 +66,14 @@ def fastest_matmul_dtype() -> torch.dtype:
     import json
 
     from specdec import isa
-    from specdec.model.loader import cache_root
+    from specdec.paths import dtype_auto_file
 
     if isa.is_x86() and not isa.at_least("avx512"):
         return torch.float32
     flags = hashlib.blake2b(" ".join(sorted(isa.cpu_flags())).encode(), digest_size=6)
     key = f"isa {isa.level()}|flags {flags.hexdigest()}|torch {torch.__version__}|" \
           f"{torch.get_num_threads()} threads"
-    path = cache_root() / "dtype-auto.json"
+    path = dtype_auto_file()
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from specdec import paths
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -44,13 +46,6 @@ def default_model_path() -> Path:
     return path
 
 
-def cache_root() -> Path:
-    base = os.environ.get("SPECDEC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specdec"
-    )
-    return Path(base)
-
-
 def resolve_model_dir(model: str | os.PathLike | None) -> Path:
     """Return a local HF model directory for ``model`` (None = bundled default)."""
     path = default_model_path() if model is None else Path(model).expanduser()
@@ -74,7 +69,7 @@ def _file_digest(path: Path) -> str:
 
 
 def _converted_gguf_dir(gguf_path: Path) -> Path:
-    target = cache_root() / "gguf" / f"{gguf_path.stem}-{_file_digest(gguf_path)}"
+    target = paths.gguf_dir() / f"{gguf_path.stem}-{_file_digest(gguf_path)}"
     if (target / "model.safetensors").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

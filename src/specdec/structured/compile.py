@@ -1,6 +1,6 @@
 """``compile_constraint``: once per (constraint, vocabulary), in memory and on disk.
 
-Disk cache (under ``specdec.model.loader.cache_root() / "structured"``): the LALR
+Disk cache (under ``specdec.paths.structured_dir()``): the LALR
 tables and terminal DFAs of a grammar (keyed by the grammar text), its compile-time
 vocabulary walks (keyed by the terminal DFAs and vocabulary fingerprint, see
 :mod:`specdec.structured.cfg.prewalk`) and the outlines-core index of a regex (keyed by
@@ -231,6 +231,6 @@ def _cached_artifact(path: Path, use_disk_cache: bool, build) -> tuple[Any, int]
 
 
 def _cache_path(key: str, kind: str) -> Path:
-    from specdec.model.loader import cache_root
+    from specdec.paths import structured_dir
 
-    return cache_root() / "structured" / f"v{CACHE_VERSION}-{kind}-{key}.pkl"
+    return structured_dir() / f"v{CACHE_VERSION}-{kind}-{key}.pkl"
