@@ -46,10 +46,10 @@ def test_disk_cache_keeps_its_directory_under_budget(tmp_path):
 def fresh_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     memory, disk = compile_module._memory.max_bytes, compile_module._disk.max_bytes
-    compile_module._memory.clear()
+    compile_module.clear_caches(disk=False)
     yield tmp_path / "structured"
     compile_module.configure_caches(memory, disk)
-    compile_module._memory.clear()
+    compile_module.clear_caches(disk=False)
 
 
 def test_compiled_constraints_stay_within_both_budgets(tokenizer, fresh_caches, accepts):

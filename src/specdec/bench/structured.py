@@ -87,22 +87,18 @@ def _load_tokenizer(model_dir):
 
 
 def _mask_and_compile(tokenizer, constraint: dict, texts: list[str]) -> dict:
-    import shutil
-
-    from specdec.paths import structured_dir
     from specdec.structured import allocate_token_bitmask, compile
     from specdec.structured.spec import constraint_spec
     from specdec.structured.vocabulary import token_vocabulary
 
     vocab = token_vocabulary(tokenizer, 49152, frozenset([tokenizer.eos_token_id]))
     vocab.byte_trie  # noqa: B018 - per tokenizer, not per grammar
-    shutil.rmtree(structured_dir(), ignore_errors=True)
-    compile._memory.clear()
+    compile.clear_caches()
     start = time.perf_counter()
     spec = constraint_spec(**constraint)
     compiled = compile.compile_spec(spec, vocab)
     cold = time.perf_counter() - start
-    compile._memory.clear()
+    compile.clear_caches(disk=False)
     start = time.perf_counter()
     compiled = compile.compile_spec(constraint_spec(**constraint), vocab)
     disk = time.perf_counter() - start

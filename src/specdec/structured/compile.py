@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specdec.paths import structured_dir
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
 from specdec.structured.cfg.prewalk import terminals_fingerprint
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
@@ -58,7 +60,15 @@ def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = N
         _memory.resize(memory_bytes)
     if disk_bytes is not None:
         _disk.max_bytes = disk_bytes
-        _disk.evict(_cache_path("", "").parent)
+        _disk.evict(structured_dir())
+
+
+def clear_caches(memory: bool = True, disk: bool = True) -> None:
+    """Forget compiled constraints: the in-memory LRU and/or the disk cache's folder."""
+    if memory:
+        _memory.clear()
+    if disk:
+        shutil.rmtree(structured_dir(), ignore_errors=True)
 
 
 def configure_isolation(max_workers: int | None = None,
@@ -231,6 +241,4 @@ def _cached_artifact(path: Path, use_disk_cache: bool, build) -> tuple[Any, int]
 
 
 def _cache_path(key: str, kind: str) -> Path:
-    from specdec.paths import structured_dir
-
     return structured_dir() / f"v{CACHE_VERSION}-{kind}-{key}.pkl"
