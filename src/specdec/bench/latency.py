@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
-    from specdec.cli import add_constraint_arguments
+    from specdec.cli.options import add_constraint_arguments
 
     add_constraint_arguments(parser)
 
@@ -71,7 +71,7 @@ def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -
 
 def main(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams, isa
-    from specdec.cli import constraint_options, engine_kwargs
+    from specdec.cli.options import constraint_options, engine_kwargs
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")

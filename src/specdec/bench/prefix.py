@@ -115,7 +115,7 @@ def run_engine(engine_args: dict, prompts: list[list[int]], max_tokens: int) -> 
 def main(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
-    from specdec.cli import engine_kwargs
+    from specdec.cli.options import engine_kwargs
     from specdec.model.loader import resolve_model_dir
 
     base = engine_kwargs(args)

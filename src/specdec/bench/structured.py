@@ -130,7 +130,7 @@ def _peers() -> dict:
 
 def _throughput(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams, isa
-    from specdec.cli import engine_kwargs
+    from specdec.cli.options import engine_kwargs
 
     llm = LLM(**engine_kwargs(args))
     print(f"engine: {isa.engine_summary(llm.stats())}")

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams, isa
     from specdec.bench.hf_peer import hf_generate, load_hf_model
-    from specdec.cli import engine_kwargs
+    from specdec.cli.options import engine_kwargs
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")

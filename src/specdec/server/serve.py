@@ -1,7 +1,7 @@
 """``specdec serve``: build the engine from the command line and run uvicorn.
 
 Engine options (``--model``, ``--speculative-method``...) are the shared ones of
-:func:`specdec.cli.add_engine_arguments`; this module adds the server's own.
+:func:`specdec.cli.options.add_engine_arguments`; this module adds the server's own.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from specdec.cli.options import engine_kwargs, field_default
+from specdec.config import EngineConfig
 from specdec.server.options import ServerOptions
 
 API_KEY_ENV = "SPECDEC_API_KEY"
@@ -23,9 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served-model-name", default=None,
                         help="the model id clients send (default: --model, or the bundled "
                              "model's name)")
-    parser.add_argument("--plugin", action="append", default=[],
+    parser.add_argument("--plugin", action="append",
+                        default=field_default(EngineConfig, "plugins"),
                         help="plugin that must be loaded (name of an installed one; repeatable)")
-    parser.add_argument("--disable-plugin", action="append", default=[],
+    parser.add_argument("--disable-plugin", action="append",
+                        default=field_default(EngineConfig, "disable_plugins"),
                         help="block a plugin by name (repeatable)")
     parser.add_argument("--log-level", default="info")
     defaults = ServerOptions()
@@ -50,19 +54,21 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
                          stream_stall_timeout_s=args.stream_stall_timeout)
 
 
-def main(args: argparse.Namespace, engine_kwargs: dict) -> int:
-    """Serve until interrupted; ``engine_kwargs`` come from the shared engine arguments
-    (``--model``, ``--speculative-method``...) of :mod:`specdec.cli`."""
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The shared engine flags plus the server's ``--plugin`` / ``--disable-plugin``."""
+    return EngineConfig(**engine_kwargs(args), plugins=list(args.plugin),
+                        disable_plugins=list(args.disable_plugin))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until interrupted."""
     import uvicorn
 
     from specdec import isa
-    from specdec.config import EngineConfig
     from specdec.engine import LLMEngine
     from specdec.server.app import create_app
 
-    engine = LLMEngine(EngineConfig(
-        **engine_kwargs, plugins=list(args.plugin), disable_plugins=list(args.disable_plugin),
-    ))
+    engine = LLMEngine(engine_config(args))
     print(f"specdec serve: {isa.engine_summary(engine.stats())}", file=sys.stderr, flush=True)
     app = create_app(engine, model_name=args.served_model_name, api_key=args.api_key,
                      options=server_options(args))
