@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
+
+from specdec.structured.backends import StructuredBackends
 
 
 @dataclass
@@ -16,3 +19,8 @@ class EngineContext:
     kv_cache_manager: Any  # specdec.core.kv_cache_manager.KVCacheManager
     dtype: Any = None  # torch dtype of the target model
     model_registry: Any = None  # specdec.model.registry.ModelRegistry, plugin models included
+    # Set by a plugin when a request it blocked (``request.blocked_reason``) may run
+    # again, from any thread; loops that found nothing to step wait on it, not poll.
+    work_ready: threading.Event = field(default_factory=threading.Event)
+    # Backends for constrained decoding by name; plugins register theirs at engine start.
+    structured_backends: StructuredBackends = field(default_factory=StructuredBackends)

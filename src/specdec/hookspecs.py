@@ -85,9 +85,22 @@ def specdec_engine_started(context: EngineContext) -> None:
 
     When: once, after the model and tokenizer are loaded, before any request.
     context: tokenizer, vocab size of the logits, EOS ids, engine config, and
-        ``context.kv_cache_manager`` for plugins that extend block management.
-    Mutates: plugin state only. Cost: may be slow (compiling, allocating); runs once.
-    Failure: start-up (the ``LLM`` is not built).
+        ``context.kv_cache_manager`` for plugins that extend block management;
+        ``context.work_ready`` (a ``threading.Event``) for plugins that block requests
+        (see ``specdec_request_added``); ``context.structured_backends``, the registry
+        of structured-output backends (see below).
+    Mutates: plugin state; may register in ``context.structured_backends``.
+    Structured-output backends: a plugin that compiles constraints (grammar, regex,
+        json_schema, choice) calls ``context.structured_backends.register(name,
+        backend)`` here, with a :class:`specdec.structured.backends.StructuredBackend`
+        bound to this engine's tokenizer; the built-in ``structured`` plugin runs last
+        (``trylast``), registers ``"builtin"`` and checks the engine option
+        ``structured_backend`` against the names registered by then. Requests select a
+        backend with the request option ``structured_backend``.
+    Cost: may be slow (compiling, allocating); runs once. A backend should build its
+        tokenizer tables lazily or in the background if they are costly.
+    Failure: start-up (the ``LLM`` is not built); so is a name registered twice and an
+        unknown ``structured_backend``.
     """
 
 
@@ -110,7 +123,10 @@ def specdec_request_added(request: Request) -> None:
     request: read ``request.sampling_params`` (incl. ``.extra``), ``prompt_token_ids``.
         May set ``request.plugin_data[<plugin name>]`` and ``request.blocked_reason``
         (a non-empty string keeps the request from being scheduled until cleared,
-        e.g. while a grammar compiles in the background).
+        e.g. while a grammar compiles in the background). A plugin that clears it
+        later (from any thread) then sets ``context.work_ready``: an engine loop with
+        nothing but blocked requests waits on that event (polling only every ~50 ms
+        as a safety net).
     Raise: ``ValueError`` (or a subclass) to reject the request; the caller gets it
         as raised (HTTP 400 on the server).
     Cost: should be quick; slow work goes to a background thread.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -14,6 +13,7 @@ from specdec.sampling_params import SamplingParams
 
 Prompt = str | list[int]
 Message = dict[str, Any]
+WAKE_UP_TIMEOUT_S = 0.05  # longest idle wait for a blocked request (a plugin may not signal)
 
 
 class LLM:
@@ -140,12 +140,16 @@ class LLM:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(prompts), desc="generate", unit="req")
+        work_ready = engine.context.work_ready
         try:
             pending = set(added)
             while pending:
+                work_ready.clear()  # before the step: a wake-up during it is not lost
                 outputs = engine.step()
-                if not outputs:
-                    time.sleep(0.001)  # everything waits on plugins (e.g. a compiling grammar)
+                if not outputs and _all_blocked(engine.requests.values()):
+                    # every request waits on a plugin (e.g. a compiling grammar): sleep
+                    # until one is unblocked; the timeout covers plugins that never signal
+                    work_ready.wait(WAKE_UP_TIMEOUT_S)
                 for out in outputs:
                     if out.finished and out.request_id in pending:
                         pending.discard(out.request_id)
@@ -163,6 +167,11 @@ class LLM:
             if bar is not None:
                 bar.close()
         return [results[rid] for rid in added]
+
+
+def _all_blocked(requests) -> bool:
+    """Every unfinished request is held back by a plugin (``request.blocked_reason``)."""
+    return all(r.blocked_reason for r in requests if not r.is_finished)
 
 
 def _check_unicode(prompt: Prompt) -> None:

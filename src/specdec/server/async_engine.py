@@ -11,8 +11,10 @@ futures::
     abort(request_id)         --- command --->  engine.abort        (KV blocks freed)
 
 The thread steps while any request can be scheduled and sleeps on a condition
-variable otherwise. The engine never waits for a client, so a slow reader cannot stall
-the others; and a slow reader cannot grow memory either:
+variable otherwise; while every request waits on a plugin (a compiling grammar) it
+sleeps on ``engine.context.work_ready``, which the plugin and every command set. The
+engine never waits for a client, so a slow reader cannot stall the others; and a slow
+reader cannot grow memory either:
 
 - each request's :class:`RequestStream` holds deltas only (new text, token ids and
   their logprobs), never the engine's cumulative copies;
@@ -27,7 +29,6 @@ import asyncio
 import collections
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -38,6 +39,7 @@ from specdec.sampling_params import SamplingParams
 from specdec.server.request_stream import RequestStream
 
 Command = Callable[[], None]
+WAKE_UP_TIMEOUT_S = 0.05  # longest idle wait for a blocked request (a plugin may not signal)
 
 
 class AsyncEngine:
@@ -75,6 +77,7 @@ class AsyncEngine:
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
+        self.engine.context.work_ready.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -186,12 +189,15 @@ class AsyncEngine:
         with self._wakeup:
             self._commands.append(command)
             self._wakeup.notify()
+        self.engine.context.work_ready.set()  # also ends a wait for blocked requests
 
     # --------------------------------------------------------- engine thread
 
     def _run(self) -> None:
         engine = self.engine
+        work_ready = engine.context.work_ready
         while True:
+            work_ready.clear()  # before taking commands: a later one sets it again
             with self._wakeup:
                 while not self._stopping and not self._commands and not self._has_work():
                     self._wakeup.wait()
@@ -210,12 +216,18 @@ class AsyncEngine:
                 continue
             if outputs:
                 self._deliver(outputs)
-            else:
-                time.sleep(0.001)  # every request waits on a plugin (e.g. a compiling grammar)
+            elif self._all_blocked():
+                work_ready.wait(WAKE_UP_TIMEOUT_S)  # until a plugin unblocks one, or a command
 
     def _has_work(self) -> bool:
         """Some request can be stepped (paused ones wait for a resume or abort command)."""
         return self.engine.has_unfinished() and self.engine.scheduler.has_unpaused()
+
+    def _all_blocked(self) -> bool:
+        """Every request that could be stepped waits on a plugin (``blocked_reason``)."""
+        paused = self.engine.scheduler.paused
+        return all(r.blocked_reason for r in self.engine.requests.values()
+                   if not r.is_finished and r.request_id not in paused)
 
     def _fail_all(self, message: str) -> None:
         outputs = []

@@ -10,6 +10,7 @@ Body field                                                Engine option (``extra
 "grammar" | "json_object": ...}``
 ``guided_json``, ``guided_regex``, ``guided_choice``,     the same, by name
 ``guided_grammar``, ``guided_whitespace_pattern``
+``structured_backend: "builtin" | "llguidance" | ...``    ``structured_backend=<name>``
 =======================================================  ==============================
 
 At most one constraint may be given; two are a 400, never a silent choice. The
@@ -18,6 +19,12 @@ invalid schema, regex or grammar is refused before any token is generated.
 
 A grammar from a client is Lark text or the name of a shipped grammar, never a path:
 it is checked here, so the 400 names the field, and again (paths off) by the plugin.
+
+``structured_backend`` picks the compiler for this request (the engine's default
+otherwise; see :mod:`specdec.structured.backends`); it reaches the plugin like any
+claimed plugin field, and an unknown name is a 400 from the plugin. The check above is
+the built-in backend's, so it is skipped when the body names another backend: that
+backend's own check, at admission, decides (a 400 too).
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ from typing import Any
 
 from specdec.server.errors import BadRequestError
 from specdec.server.protocol import SamplingFields
+from specdec.structured.backends import BUILTIN
 from specdec.structured.errors import ConstraintError
 from specdec.structured.spec import OPTION_NAMES, check_regex, constraint_spec
 
 STRUCTURED_OPTIONS = ("json_schema", "regex", "choice", "grammar")
+BACKEND_FIELD = "structured_backend"  # body field and engine option: the compiler to use
 VLLM_NAMES = {"json_schema": "json"}  # engine option -> structured_outputs field
 
 
@@ -74,7 +83,8 @@ def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> 
         raise BadRequestError("structured outputs are not available: the 'structured' plugin "
                               "is disabled on this server",
                               param=found[0][0] if found else ws_param)
-    _check_constraint(options, found[0][0] if found else None, ws_param)
+    if body.plugin_fields.get(BACKEND_FIELD, BUILTIN) == BUILTIN:
+        _check_constraint(options, found[0][0] if found else None, ws_param)
     return options
 
 

@@ -1,10 +1,13 @@
 """The built-in engine plugin: grammar masks through the ordinary hooks, nothing special.
 
 Per request (options in ``SamplingParams.extra``: ``grammar``, ``regex``,
-``json_schema``, ``choice``, plus ``whitespace_pattern`` for schemas):
+``json_schema``, ``choice``, plus ``whitespace_pattern`` for schemas and
+``structured_backend`` to pick the compiler, see :mod:`~specdec.structured.backends`;
+the engine option ``structured_backend`` sets the default, ``"builtin"`` if unset):
 
 1. ``specdec_request_added``: check the options (cheap, proportional to them) and
-   compile in the compile pool, never on the calling (engine) thread. The caller waits
+   compile with the request's backend in the compile pool, never on the calling
+   (engine) thread. The caller waits
    at most ``validate_wait_s`` to learn whether the constraint compiles (a grammar's
    tables are built, or the compile is done), so a bad constraint is rejected before it
    is queued (ValueError, HTTP 400); a cached one needs no wait. The table build runs in
@@ -12,7 +15,8 @@ Per request (options in ``SamplingParams.extra``: ``grammar``, ``regex``,
    timeout or its memory cap. The rest of the compile
    goes on in the pool while ``request.blocked_reason`` keeps the request out of the
    schedule (others keep running). A compile that fails after the wait or runs past
-   ``compile_timeout_s`` unblocks the request, which then fails with the error.
+   ``compile_timeout_s`` unblocks the request, which then fails with the error. Either
+   way ``context.work_ready`` is set, so an engine loop waiting on it wakes up.
 2. ``specdec_schedule`` (last): cut speculative drafts at the first token the grammar
    rejects, so no step is spent verifying them; when speculation is on, extend the
    drafts with grammar-forced tokens (the grammar allows exactly one continuation:
@@ -36,22 +40,25 @@ import numpy as np
 import torch
 
 from specdec.hookspecs import hookimpl
-from specdec.structured.bitmask import allocate_token_bitmask, apply_token_bitmask_
-from specdec.structured.compile import (
-    CompiledConstraint,
-    cached,
-    compile_spec,
-    grammar_tables,
-    start_isolation,
+from specdec.structured.backends import (
+    BUILTIN,
+    OPTION,
+    BuiltinBackend,
+    CompiledForBackend,
+    StructuredBackend,
+    StructuredBackends,
 )
+from specdec.structured.bitmask import allocate_token_bitmask, apply_token_bitmask_
+from specdec.structured.compile import grammar_tables, start_isolation
 from specdec.structured.compile_worker import ISOLATION, MAX_WORKERS
 from specdec.structured.errors import CompileTimeoutError, ConstraintError
 from specdec.structured.matcher import Matcher
-from specdec.structured.spec import OPTION_NAMES, ConstraintSpec, constraint_spec
+from specdec.structured.spec import OPTION_NAMES, ConstraintSpec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 
 PLUGIN_NAME = "structured"
 EXTRA_OPTIONS = ("whitespace_pattern", "strict")  # strict: closed objects (OpenAI's)
+BACKEND_OPTIONS = (OPTION,)  # structured_backend: per engine and per request
 DEFAULT_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_GRAMMAR_COMPILE_TIMEOUT", "60"))
 # The longest request_added waits to learn whether a constraint compiles; past it the
 # request is queued blocked and a late compile error fails it instead of rejecting it.
@@ -78,6 +85,9 @@ class StructuredOutputPlugin:
         self.validate_wait_s = min(validate_wait_s, compile_timeout_s)
         self.max_forced_drafts = 0
         self.vocab: TokenVocabulary | None = None
+        self.backends = StructuredBackends()
+        self.default_backend = BUILTIN
+        self.work_ready: threading.Event | None = None
         self._executor = ThreadPoolExecutor(max_workers=COMPILE_WORKERS,
                                             thread_name_prefix="grammar")
         self.counters = {"structured_requests": 0, "structured_mask_rows": 0,
@@ -85,9 +95,20 @@ class StructuredOutputPlugin:
                          "structured_forced_drafts": 0}
 
     @hookimpl
+    def specdec_engine_options(self) -> list[str]:
+        return list(BACKEND_OPTIONS)
+
+    @hookimpl(trylast=True)  # after the plugins that register backends
     def specdec_engine_started(self, context) -> None:
         self.vocab = token_vocabulary(context.tokenizer, context.vocab_size,
                                       frozenset(context.eos_token_ids))
+        registry = getattr(context, "structured_backends", None)
+        self.backends = registry if registry is not None else StructuredBackends()
+        self.backends.register(BUILTIN, BuiltinBackend(self.vocab, ISOLATION))
+        options = getattr(context.config, "plugin_options", None) or {}
+        self.default_backend = options.get(OPTION, BUILTIN)
+        self.backends.get(self.default_backend)  # an unknown name stops the engine here
+        self.work_ready = getattr(context, "work_ready", None)
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
         grammar_tables('start: "a"', use_disk_cache=False)  # lark's one-time set-up, now
         if ISOLATION:
@@ -104,12 +125,14 @@ class StructuredOutputPlugin:
 
     @hookimpl
     def specdec_request_options(self) -> list[str]:
-        return [*OPTION_NAMES, *EXTRA_OPTIONS]
+        return [*OPTION_NAMES, *EXTRA_OPTIONS, *BACKEND_OPTIONS]
 
     @hookimpl
     def specdec_request_added(self, request) -> None:
         extra = request.sampling_params.extra
         options = {k: extra[k] for k in OPTION_NAMES if k in extra}
+        backend_name = extra.get(OPTION, self.default_backend)
+        backend = self.backends.get(backend_name)
         if not options:
             if any(k in extra for k in EXTRA_OPTIONS):
                 raise ConstraintError("whitespace_pattern and strict need json_schema")
@@ -117,27 +140,40 @@ class StructuredOutputPlugin:
         strict = extra.get("strict", False)
         if not isinstance(strict, bool):
             raise ConstraintError(f"strict must be a boolean, got {strict!r:.40}")
-        spec = constraint_spec(**options, whitespace_pattern=extra.get("whitespace_pattern"),
-                               strict=strict)
-        compiled = cached(spec, self.vocab)
+        spec = backend.spec(**options, whitespace_pattern=extra.get("whitespace_pattern"),
+                            strict=strict)
+        compiled = backend.cached(spec)
         if compiled is None:
-            valid = threading.Event()  # set once it is known to compile, or when done
-            future = self._executor.submit(compile_spec, spec, self.vocab, on_valid=valid.set,
-                                           isolated=ISOLATION, timeout_s=self.compile_timeout_s)
-            future.add_done_callback(lambda _: valid.set())
-            valid.wait(self.validate_wait_s)
-            try:
-                compiled = future.result(timeout=0)
-            except FutureTimeout:
-                self._compile_in_background(request, spec, future)
-                return
-            except Exception as exc:  # noqa: BLE001 - a bad constraint: reject the request
-                self.counters["structured_compile_errors"] += 1
-                if isinstance(exc, ConstraintError):
-                    raise
-                raise ConstraintError(f"cannot compile {spec.origin}: {exc}") from None
+            compiled = self._compile(request, backend, spec)
+        by_backend = f"structured_requests_{backend_name}"
+        self.counters[by_backend] = self.counters.get(by_backend, 0) + 1
+        if compiled is None:  # compiling in the background, the request blocked
+            return
         request.plugin_data[PLUGIN_NAME] = RequestGrammar(spec, compiled.matcher())
         self.counters["structured_requests"] += 1
+
+    def _compile(self, request, backend: StructuredBackend,
+                 spec: ConstraintSpec) -> CompiledForBackend | None:
+        """Compile in the pool; wait at most ``validate_wait_s`` to learn if it compiles.
+
+        Returns the compiled constraint if it is done by then; None if it goes on in the
+        background (the request is blocked until it ends); raises if it failed.
+        """
+        valid = threading.Event()  # set once it is known to compile, or when done
+        future = self._executor.submit(backend.compile, spec, on_valid=valid.set,
+                                       timeout_s=self.compile_timeout_s)
+        future.add_done_callback(lambda _: valid.set())
+        valid.wait(self.validate_wait_s)
+        try:
+            return future.result(timeout=0)
+        except FutureTimeout:
+            self._compile_in_background(request, spec, future)
+            return None
+        except Exception as exc:  # noqa: BLE001 - a bad constraint: reject the request
+            self.counters["structured_compile_errors"] += 1
+            if isinstance(exc, ConstraintError):
+                raise
+            raise ConstraintError(f"cannot compile {spec.origin}: {exc}") from None
 
     def _compile_in_background(self, request, spec: ConstraintSpec, future: Future) -> None:
         state = RequestGrammar(spec)
@@ -158,12 +194,15 @@ class StructuredOutputPlugin:
                 return
             exc = future.exception()
             if exc is None:
-                compiled: CompiledConstraint = future.result()
-                state.matcher = compiled.matcher()
-            else:
+                compiled: CompiledForBackend = future.result()
+                try:
+                    state.matcher = compiled.matcher()
+                except Exception as matcher_exc:  # noqa: BLE001 - fails the request, not the pool
+                    exc = matcher_exc
+            if exc is not None:
                 self.counters["structured_compile_errors"] += 1
                 state.error = f"cannot compile {state.spec.origin}: {exc}"
-            request.blocked_reason = None
+            self._unblock(request)
 
     def _timed_out(self, request, state: RequestGrammar) -> None:
         with state.lock:
@@ -172,7 +211,13 @@ class StructuredOutputPlugin:
                 state.error = str(CompileTimeoutError(
                     f"compiling {state.spec.origin} took longer than {self.compile_timeout_s} s"
                 ))
-                request.blocked_reason = None
+                self._unblock(request)
+
+    def _unblock(self, request) -> None:
+        """The request may be scheduled again; wake an engine loop waiting for work."""
+        request.blocked_reason = None
+        if self.work_ready is not None:
+            self.work_ready.set()
 
     @hookimpl(trylast=True)
     def specdec_schedule(self, requests) -> None:
