@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["specdec-logit-bias", "specdec-repetition-penalty"]
+PACKAGES = ["specdec-logit-bias", "specdec-repetition-penalty", "specdec-llguidance"]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +39,8 @@ def report(plugin_site, tiny_model_dir) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_entry_points_register_both_plugins(report):
-    assert {"logit_bias", "repetition_penalty"} <= set(report["plugins"])
+def test_entry_points_register_the_plugins(report):
+    assert {"logit_bias", "repetition_penalty", "llguidance"} <= set(report["plugins"])
     assert {"logit_bias", "banned_phrases", "presence_penalty", "frequency_penalty",
             "repetition_penalty"} <= set(report["options"])
 
@@ -64,6 +64,30 @@ def test_server_passes_openai_fields_to_the_plugins(report):
     assert srv["bad_bias_status"] == 400 and "vocabulary" in srv["bad_bias_message"]
 
 
+@pytest.mark.parametrize("mode", ["plain", "speculative"])
+def test_llguidance_backend_outputs_validate(report, mode):
+    """LLM(structured_backend="llguidance"): sampled outputs of a JSON schema and a
+    regex are complete and valid, with speculation (n-gram drafts and grammar-forced
+    drafts checked by the llguidance matcher) as without."""
+    run = report["llguidance"][mode]
+    for seed, out in run["outputs"].items():
+        assert out["json_finish"] == "stop" and out["json_valid"], (seed, out)
+        assert out["regex_finish"] == "stop" and out["regex_valid"], (seed, out)
+    assert run["requests_llguidance"] == 6
+    assert run["requests_builtin"] == 1 and run["builtin_override_valid"]  # per request
+    assert "Invalid type" in run["bad_schema_error"]  # a ValueError, before generation
+    if mode == "speculative":
+        assert run["forced_drafts"] > 0 and run["accepted_tokens"] > 0
+
+
+def test_server_takes_structured_backend_from_the_body(report):
+    srv = report["server"]
+    assert srv["llguidance_chat_valid"], srv["llguidance_chat"]
+    assert srv["llguidance_chat_requests"] == 1
+    assert srv["bad_backend_status"] == 400
+    assert "structured_backend must be one of builtin, llguidance" in srv["bad_backend_message"]
+
+
 def test_specdec_alone_refuses_the_fields(tiny_model_dir):
     """Without the packages the same options are an error, not silently ignored."""
     from importlib.metadata import entry_points
@@ -75,3 +99,16 @@ def test_specdec_alone_refuses_the_fields(tiny_model_dir):
     llm = LLM(model=str(tiny_model_dir), dtype="float32", num_threads=1, num_kv_blocks=64)
     with pytest.raises(ValueError, match="unknown request option"):
         llm.generate("Hi", SamplingParams(max_tokens=2), use_tqdm=False, logit_bias={1: 1})
+
+
+def test_specdec_alone_has_only_the_builtin_backend(tiny_model_dir):
+    from importlib.metadata import entry_points
+
+    from specdec import LLM
+
+    if any(ep.name == "llguidance" for ep in entry_points(group="specdec")):
+        pytest.skip("specdec-llguidance is installed in this environment")
+    with pytest.raises(ValueError, match="structured_backend must be one of builtin, got "
+                                         "'llguidance'"):
+        LLM(model=str(tiny_model_dir), dtype="float32", num_kv_blocks=16,
+            structured_backend="llguidance")
