@@ -1,6 +1,5 @@
 """Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h``, ``attention_tile.h``,
-``attention_amx.h`` and ``tile_linear.h``),
-compiled on first use.
+``attention_amx.h``, ``tile_linear.h`` and ``layer_weights.h``), compiled on first use.
 
 The extension is built once per (source, torch version, instruction-set level) into
 the specdec cache directory, with the level's own instruction-set flags (``isa.py``:
@@ -27,7 +26,7 @@ import torch
 from specdec import isa
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h", "tile_linear.h")
+HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h", "tile_linear.h", "layer_weights.h")
 
 
 def enabled_by_env() -> bool:

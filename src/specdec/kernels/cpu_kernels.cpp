@@ -6,20 +6,27 @@
 // (no gather copy, each KV row read once for all query heads of its group; the
 // inner loops are in attention_tile.h, and attention_amx.h for bfloat16 on AMX).
 // tile_linear (tile_linear.h) runs decode-sized bfloat16 projections on AMX tiles.
-// decoder_stack runs all layers of a decode step in one call; argmax_rows serves
-// greedy sampling. float32 and bfloat16; accumulation is always float32.
+// layer() is one decoder layer of the fused forward over a LayerWeights
+// (layer_weights.h), its projections dispatched by kind in project();
+// decoder_stack runs all layers of a kernel-group step through it in one call;
+// argmax_rows serves greedy sampling. float32 and bfloat16; accumulation is always
+// float32.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "attention_amx.h"
 #include "attention_tile.h"
+#include "layer_weights.h"
 #include "tile_linear.h"
 #include "vec16.h"
 
@@ -490,63 +497,159 @@ at::Tensor tile_linear(const at::Tensor& x_in, const at::Tensor& w,
   return y;
 }
 
-// ------------------------------------------------------ whole decoder stack ---
+// ------------------------------------------------------------ projections ---
 
-// A projection: AMX tiles (a PackedLinear's tile weight, up to kTileLinearMaxRows
-// rows), a oneDNN pre-packed weight (PackedLinear), an int8 weight with per-channel
-// scales (Int8Linear: bf16 activations, result in x's dtype), or a plain weight.
-at::Tensor project(const at::Tensor& x, const at::Tensor& weight,
-                   const c10::optional<at::Tensor>& bias,
-                   const c10::optional<at::Tensor>& scales,
-                   const c10::optional<at::Tensor>& tiles) {
-  if (tiles && x.size(0) <= kTileLinearMaxRows) return tile_linear(x, *tiles, bias, false);
-  if (weight.scalar_type() == at::kChar) {
-    TORCH_CHECK(scales.has_value(), "an int8 projection needs its scales");
-    at::Tensor y = at::_weight_int8pack_mm(x.to(scales->scalar_type()), weight, *scales);
-    if (bias) y = y + *bias;
-    return y.to(x.scalar_type());
-  }
-  if (weight.is_mkldnn()) {
-    static const auto op =
-        c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-    std::vector<c10::IValue> stack{x, weight, bias, c10::IValue(std::string("none")),
-                                   c10::IValue(c10::List<c10::optional<at::Scalar>>()),
-                                   c10::IValue(c10::optional<std::string>())};
-    op.callBoxed(&stack);
-    return stack[0].toTensor();
-  }
-  return at::linear(x, weight, bias);
+void check_bias(const c10::optional<at::Tensor>& bias, int64_t out, const char* what) {
+  TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == out), what, ": bias must be [out]");
 }
 
-// The decoder layers of the fused Python path (LlamaForCausalLM._forward_fused) for
-// a step whose attention is one kernel group, without returning to Python between
-// ops. layers[i] = {input_norm, post_norm, then (weight, bias, scales, tiles) for
-// qkv, o, gate_up and down}; biases, scales and tiles may be undefined. Returns the final-normed
-// hidden states; h is the residual stream, updated in place.
+Projection plain_projection(const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 2 && !weight.is_mkldnn(), "Projection.plain: weight [out, in]");
+  check_bias(bias, weight.size(0), "Projection.plain");
+  Projection p;
+  p.kind = Projection::Kind::kPlain;
+  p.weight = weight;
+  p.bias = bias;
+  return p;
+}
+
+Projection onednn_projection(const at::Tensor& packed, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(packed.is_mkldnn(), "Projection.onednn: a oneDNN pre-packed weight");
+  Projection p;
+  p.kind = Projection::Kind::kOneDnn;
+  p.weight = packed;
+  p.bias = bias;
+  return p;
+}
+
+Projection amx_tiles_projection(const at::Tensor& tiles, const at::Tensor& packed,
+                                const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(tiles.dim() == 5 && tiles.scalar_type() == at::kBFloat16,
+              "Projection.amx_tiles: tiles from pack_tile_weight");
+  check_bias(bias, tiles.size(0) * 32, "Projection.amx_tiles");
+  Projection p = onednn_projection(packed, bias);
+  p.kind = Projection::Kind::kAmxTiles;
+  p.tiles = tiles;
+  return p;
+}
+
+Projection int8_projection(const at::Tensor& weight, const at::Tensor& scales,
+                           const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar,
+              "Projection.int8: weight int8 [out, in]");
+  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == weight.size(0),
+              "Projection.int8: scales [out]");
+  check_bias(bias, weight.size(0), "Projection.int8");
+  Projection p = plain_projection(weight, bias);
+  p.kind = Projection::Kind::kInt8;
+  p.scales = scales;
+  return p;
+}
+
+Projection module_projection(const py::object& module) {
+  TORCH_CHECK(PyCallable_Check(module.ptr()), "Projection.module: a callable x -> y");
+  Projection p;
+  p.kind = Projection::Kind::kModule;
+  p.module = module;
+  return p;
+}
+
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed,
+                         const c10::optional<at::Tensor>& bias) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{x, packed, bias, c10::IValue(std::string("none")),
+                                 c10::IValue(c10::List<c10::optional<at::Scalar>>()),
+                                 c10::IValue(c10::optional<std::string>())};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// x [T, in] -> [T, out] in x's dtype, through the matmul of the projection's kind.
+at::Tensor project(const at::Tensor& x, const Projection& p) {
+  switch (p.kind) {
+    case Projection::Kind::kPlain:
+      return at::linear(x, p.weight, p.bias);
+    case Projection::Kind::kAmxTiles:
+      if (x.size(0) <= kTileLinearMaxRows) return tile_linear(x, p.tiles, p.bias, false);
+      return onednn_linear(x, p.weight, p.bias);
+    case Projection::Kind::kOneDnn:
+      return onednn_linear(x, p.weight, p.bias);
+    case Projection::Kind::kInt8: {
+      at::Tensor y = at::_weight_int8pack_mm(x.to(p.scales.scalar_type()), p.weight, p.scales);
+      if (p.bias) y = y + *p.bias;
+      return y.to(x.scalar_type());
+    }
+    case Projection::Kind::kModule: {
+      py::gil_scoped_acquire gil;
+      return p.module(x).cast<at::Tensor>();
+    }
+  }
+  TORCH_CHECK(false, "project: unknown projection kind");
+}
+
+// ---------------------------------------------------------- decoder layers ---
+
+std::shared_ptr<LayerWeights> make_layer_weights(
+    const at::Tensor& input_norm, const Projection& qkv, const Projection& o_proj,
+    const at::Tensor& post_norm, const Projection& gate_up, const Projection& down,
+    int64_t num_heads, double eps) {
+  TORCH_CHECK(input_norm.dim() == 1 && post_norm.sizes() == input_norm.sizes() &&
+                  post_norm.scalar_type() == input_norm.scalar_type(),
+              "LayerWeights: input_norm and post_norm must be [hidden] in one dtype");
+  TORCH_CHECK(num_heads > 0 && eps > 0, "LayerWeights: num_heads and eps must be positive");
+  auto w = std::make_shared<LayerWeights>();
+  w->input_norm = input_norm;
+  w->qkv = qkv;
+  w->o_proj = o_proj;
+  w->post_norm = post_norm;
+  w->gate_up = gate_up;
+  w->down = down;
+  w->num_heads = num_heads;
+  w->eps = eps;
+  return w;
+}
+
+// (rotated queries [T, Hq, D], the layer's cache) -> attention output [T, Hq, D]
+using Attend = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& cache)>;
+
+// One decoder layer of the fused forward: residual add + RMSNorm, q|k|v, RoPE + KV
+// write, attention, o, residual add + RMSNorm, gate|up, SiLU * up, down. h is the
+// residual stream [T, hidden], updated in place: delta (the previous layer's output,
+// None before the first layer) is added to it first. Returns this layer's output,
+// the delta the next layer (or the final norm) adds.
+at::Tensor layer(at::Tensor h, const c10::optional<at::Tensor>& delta, const LayerWeights& w,
+                 const at::Tensor& cache, const at::Tensor& cos, const at::Tensor& sin,
+                 const at::Tensor& slot_mapping, const Attend& attend) {
+  at::Tensor x = add_rms_norm(delta, h, w.input_norm, w.eps);
+  at::Tensor q = rope_write_kv(project(x, w.qkv), cos, sin, cache, slot_mapping, w.num_heads);
+  at::Tensor attn_out = project(attend(q, cache).view({h.size(0), -1}), w.o_proj);
+  x = add_rms_norm(attn_out, h, w.post_norm, w.eps);
+  return project(silu_mul(project(x, w.gate_up)), w.down);
+}
+
+// All decoder layers of a step whose attention is one kernel group (block tables and
+// lengths as paged_attention takes them), then the final norm, without returning to
+// Python between layers. h is the residual stream, updated in place.
 at::Tensor decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
                          const std::vector<at::Tensor>& caches,
                          const at::Tensor& slot_mapping,
-                         const std::vector<std::vector<c10::optional<at::Tensor>>>& layers,
+                         const std::vector<std::shared_ptr<LayerWeights>>& layers,
                          const at::Tensor& final_norm, const at::Tensor& block_tables,
                          const at::Tensor& query_start, const at::Tensor& query_len,
                          const at::Tensor& context_len, int64_t block_size, double scale,
-                         int64_t sliding_window, int64_t num_heads, double eps) {
+                         int64_t sliding_window, double eps) {
   TORCH_CHECK(caches.size() == layers.size(), "one KV cache per layer");
-  c10::optional<at::Tensor> delta;
-  const int64_t tokens = h.size(0);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const auto& w = layers[i];
-    TORCH_CHECK(w.size() == 18, "layer parameters: 18 entries");
-    at::Tensor x = add_rms_norm(delta, h, *w[0], eps);
-    at::Tensor qkv = project(x, *w[2], w[3], w[4], w[5]);
-    at::Tensor q = rope_write_kv(qkv, cos, sin, caches[i], slot_mapping, num_heads);
-    at::Tensor attn = at::empty_like(q);
-    paged_attention(attn, q, caches[i], block_tables, query_start, query_len, context_len,
+  const Attend attend = [&](const at::Tensor& q, const at::Tensor& cache) {
+    at::Tensor out = at::empty_like(q);
+    paged_attention(out, q, cache, block_tables, query_start, query_len, context_len,
                     block_size, scale, sliding_window);
-    delta = project(attn.view({tokens, -1}), *w[6], w[7], w[8], w[9]);
-    x = add_rms_norm(delta, h, *w[1], eps);
-    delta = project(silu_mul(project(x, *w[10], w[11], w[12], w[13])), *w[14], w[15], w[16],
-                    w[17]);
+    return out;
+  };
+  c10::optional<at::Tensor> delta;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    TORCH_CHECK(layers[i] != nullptr, "decoder_stack: a layer is None");
+    delta = layer(h, delta, *layers[i], caches[i], cos, sin, slot_mapping, attend);
   }
   return add_rms_norm(delta, h, final_norm, eps);
 }
@@ -567,5 +670,55 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("out_float") = false);
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
-  m.def("decoder_stack", &decoder_stack, "all decoder layers of a kernel-group step");
+
+  py::class_<Projection>(m, "Projection", "a projection's weight in the layout of its matmul")
+      .def_static("plain", &plain_projection, py::arg("weight"), py::arg("bias") = py::none())
+      .def_static("onednn", &onednn_projection, py::arg("packed"), py::arg("bias") = py::none())
+      .def_static("amx_tiles", &amx_tiles_projection, py::arg("tiles"), py::arg("packed"),
+                  py::arg("bias") = py::none())
+      .def_static("int8", &int8_projection, py::arg("weight"), py::arg("scales"),
+                  py::arg("bias") = py::none())
+      .def_static("module", &module_projection, py::arg("module"))
+      .def_property_readonly("kind", &Projection::kind_name)
+      .def_property_readonly("weight", [](const Projection& p) { return p.weight; })
+      .def_property_readonly("bias", [](const Projection& p) { return p.bias; })
+      .def("__repr__", [](const Projection& p) {
+        return std::string("Projection(") + p.kind_name() + ")";
+      });
+  py::class_<LayerWeights, std::shared_ptr<LayerWeights>>(m, "LayerWeights",
+                                                          "one decoder layer's weights")
+      .def(py::init(&make_layer_weights), py::kw_only(), py::arg("input_norm"), py::arg("qkv"),
+           py::arg("o_proj"), py::arg("post_norm"), py::arg("gate_up"), py::arg("down"),
+           py::arg("num_heads"), py::arg("eps"))
+      .def_readonly("input_norm", &LayerWeights::input_norm)
+      .def_readonly("qkv", &LayerWeights::qkv)
+      .def_readonly("o_proj", &LayerWeights::o_proj)
+      .def_readonly("post_norm", &LayerWeights::post_norm)
+      .def_readonly("gate_up", &LayerWeights::gate_up)
+      .def_readonly("down", &LayerWeights::down)
+      .def_readonly("num_heads", &LayerWeights::num_heads)
+      .def_readonly("eps", &LayerWeights::eps);
+
+  m.def("project", &project, "x W^T (+ bias) through the projection's matmul",
+        py::arg("x"), py::arg("projection"));
+  m.def(
+      "layer",
+      [](at::Tensor h, const c10::optional<at::Tensor>& delta, const LayerWeights& weights,
+         const at::Tensor& cache, const at::Tensor& cos, const at::Tensor& sin,
+         const at::Tensor& slot_mapping, const py::function& attend) {
+        return layer(h, delta, weights, cache, cos, sin, slot_mapping,
+                     [&](const at::Tensor& q, const at::Tensor& c) {
+                       return attend(q, c).cast<at::Tensor>();
+                     });
+      },
+      "one decoder layer; h += delta first; returns the layer's output delta; "
+      "attend(q, cache) -> attention output",
+      py::arg("hidden"), py::arg("delta"), py::arg("weights"), py::arg("cache"), py::arg("cos"),
+      py::arg("sin"), py::arg("slot_mapping"), py::arg("attend"));
+  m.def("decoder_stack", &decoder_stack, "all decoder layers of a kernel-group step",
+        py::arg("hidden"), py::arg("cos"), py::arg("sin"), py::arg("caches"),
+        py::arg("slot_mapping"), py::arg("layers"), py::arg("final_norm"),
+        py::arg("block_tables"), py::arg("query_start"), py::arg("query_len"),
+        py::arg("context_len"), py::arg("block_size"), py::arg("scale"),
+        py::arg("sliding_window"), py::arg("eps"));
 }

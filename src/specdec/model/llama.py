@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.model import packed_linear
 from specdec.model.attention import (
     AttentionMetadata,
     KernelGroup,
@@ -29,7 +28,7 @@ from specdec.model.attention import (
     paged_attention,
     write_kv,
 )
-from specdec.model.packed_linear import PackedLinear
+from specdec.model.projection import kernel_projection, project
 
 
 class RMSNorm(nn.Module):
@@ -138,35 +137,19 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, kv_cache, meta)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-
-def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torch.Tensor:
-    """A projection without nn.Module call overhead (quantised modules keep theirs).
-    ``out_float``: the result (rounded in the model dtype) as float32; the AMX tiles
-    write it so directly, with no separate ``.float()`` pass."""
-    kind = type(module)
-    if kind is PackedLinear and x.shape[0] <= module.tile_rows:
-        return module.kernels.tile_linear(x, module.tiles, module.bias, out_float=out_float)
-    if kind is nn.Linear:
-        y = F.linear(x, module.weight, module.bias)
-    elif kind is PackedLinear:
-        y = packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
-    else:
-        y = module(x)
-    return y.float() if out_float else y
-
-
-def _stack_weights(module: nn.Module) -> list | None:
-    """(weight, bias, scales, tiles) of a projection for the C++ decoder stack: plain,
-    pre-packed (with AMX tiles where it has them), or int8 weight-only
-    (``weight_int8`` with per-channel ``scales``)."""
-    kind = type(module)
-    if kind is nn.Linear:
-        return [module.weight, module.bias, None, None]
-    if kind is PackedLinear:
-        return [module.packed, module.bias, None, module.tiles]
-    if isinstance(getattr(module, "weight_int8", None), torch.Tensor):
-        return [module.weight_int8, module.bias, module.scales, None]
-    return None
+    def kernel_weights(self, kernels):
+        """This layer as the fused kernels' ``LayerWeights`` (what ``kernels.layer`` runs)."""
+        attn, mlp = self.self_attn, self.mlp
+        return kernels.LayerWeights(
+            input_norm=self.input_layernorm.weight,
+            qkv=kernel_projection(kernels, attn.qkv_proj),
+            o_proj=kernel_projection(kernels, attn.o_proj),
+            post_norm=self.post_attention_layernorm.weight,
+            gate_up=kernel_projection(kernels, mlp.gate_up_proj),
+            down=kernel_projection(kernels, mlp.down_proj),
+            num_heads=attn.num_heads,
+            eps=self.input_layernorm.eps,
+        )
 
 
 class LlamaForCausalLM(nn.Module):
@@ -204,50 +187,37 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(h)
 
     def _forward_fused(self, h, cos, sin, kv_caches, meta: AttentionMetadata):
-        """The layers of ``forward`` with the small ops fused: nine calls per layer.
-        ``h`` is the residual stream, updated in place; ``delta`` is what the next
-        norm adds to it first."""
+        """The layers of ``forward`` through the fused kernels' ``layer`` (one C++ call
+        per layer); a step whose attention is one kernel group runs them all in one
+        ``decoder_stack`` call. ``h`` is the residual stream, updated in place;
+        ``delta`` is what the next norm adds to it first."""
         k = meta.kernels
-        eps = self.config.rms_norm_eps
-        stack = self._stack_params()
-        if stack is not None and len(meta.groups) == 1 and isinstance(meta.groups[0], KernelGroup):
+        layers = self._kernel_weights(k)
+        eps, scale = self.norm.eps, self.layers[0].self_attn.scale
+        if len(meta.groups) == 1 and isinstance(meta.groups[0], KernelGroup):
             g = meta.groups[0]  # decodes and short queries: the whole stack in one C++ call
             return k.decoder_stack(
-                h, cos, sin, kv_caches, meta.slot_mapping, stack, self.norm.weight,
+                h, cos, sin, kv_caches, meta.slot_mapping, layers, self.norm.weight,
                 g.block_tables, g.query_start, g.query_len, g.context_len, meta.block_size,
-                self.layers[0].self_attn.scale, meta.sliding_window,
-                self.layers[0].self_attn.num_heads, eps,
+                scale, meta.sliding_window, eps,
             )
+
+        def attend(q: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+            return fused_paged_attention(q, cache, meta, scale)
+
         delta = None
-        for layer, cache in zip(self.layers, kv_caches, strict=True):
-            attn, mlp = layer.self_attn, layer.mlp
-            x = k.add_rms_norm(delta, h, layer.input_layernorm.weight, eps)
-            qkv = project(attn.qkv_proj, x)
-            q = k.rope_write_kv(qkv, cos, sin, cache, meta.slot_mapping, attn.num_heads)
-            out = fused_paged_attention(q, cache, meta, attn.scale)
-            delta = project(attn.o_proj, out.view(-1, attn.q_size))
-            x = k.add_rms_norm(delta, h, layer.post_attention_layernorm.weight, eps)
-            delta = project(mlp.down_proj, k.silu_mul(project(mlp.gate_up_proj, x)))
+        for weights, cache in zip(layers, kv_caches, strict=True):
+            delta = k.layer(h, delta, weights, cache, cos, sin, meta.slot_mapping, attend)
         return k.add_rms_norm(delta, h, self.norm.weight, eps)
 
-    def _stack_params(self) -> list | None:
-        """Per-layer weights for ``decoder_stack`` (built once): the two norms, then
-        (weight, bias, scales, tiles) per projection; None where a projection is of a kind
-        the C++ stack does not know."""
-        if not hasattr(self, "_stack_cache"):
-            layers = []
-            for layer in self.layers:
-                attn, mlp = layer.self_attn, layer.mlp
-                parts = [_stack_weights(m) for m in (attn.qkv_proj, attn.o_proj,
-                                                     mlp.gate_up_proj, mlp.down_proj)]
-                if any(p is None for p in parts):
-                    layers = None
-                    break
-                layers.append([layer.input_layernorm.weight,
-                               layer.post_attention_layernorm.weight,
-                               *(w for part in parts for w in part)])
-            self._stack_cache = layers
-        return self._stack_cache
+    def _kernel_weights(self, kernels) -> list:
+        """Every layer's ``LayerWeights``, built once per kernels module (the projection
+        modules must not change afterwards: ``pack_linears`` runs before the first step)."""
+        cached = getattr(self, "_kernel_weights_cache", None)
+        if cached is None or cached[0] is not kernels:
+            cached = (kernels, [layer.kernel_weights(kernels) for layer in self.layers])
+            self._kernel_weights_cache = cached
+        return cached[1]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tie_word_embeddings:

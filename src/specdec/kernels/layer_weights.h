@@ -1,0 +1,60 @@
+// The weights of one decoder layer as the fused forward takes them: named fields,
+// built once per layer from Python (LayerWeights, Projection in the bindings), so
+// the per-layer entry layer() and the whole-stack decoder_stack read one struct.
+//
+// A projection's weight is held in the layout of the matmul that runs it; its kind
+// says which, and project() (cpu_kernels.cpp) dispatches on it. A new matmul path
+// (another ISA's kernel, a quantised format) is a new kind with its own tensors.
+
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <string>
+
+namespace specdec_kernels {
+
+// y = x W^T (+ bias) for x [T, in] -> [T, out], in x's dtype.
+struct Projection {
+  enum class Kind {
+    kPlain,     // weight [out, in] in the model dtype: at::linear
+    kOneDnn,    // weight pre-packed by oneDNN (_reorder_linear_weight), bf16
+    kAmxTiles,  // tiles [out/32, in/32, 2, 16, 32] (pack_tile_weight) up to
+                // kTileLinearMaxRows rows; weight: the oneDNN copy for more rows
+    kInt8,      // weight int8 [out, in], scales [out]: computed in the scales' dtype
+    kModule,    // module: a Python callable x -> y (any module of another kind)
+  };
+
+  Kind kind = Kind::kPlain;
+  at::Tensor weight;
+  c10::optional<at::Tensor> bias;  // [out]
+  at::Tensor scales;               // kInt8
+  at::Tensor tiles;                // kAmxTiles
+  py::object module;               // kModule
+
+  const char* kind_name() const {
+    switch (kind) {
+      case Kind::kPlain: return "plain";
+      case Kind::kOneDnn: return "onednn";
+      case Kind::kAmxTiles: return "amx_tiles";
+      case Kind::kInt8: return "int8";
+      case Kind::kModule: return "module";
+    }
+    return "?";
+  }
+};
+
+// One decoder layer: h += attention(norm(h)); h += mlp(norm(h)).
+struct LayerWeights {
+  at::Tensor input_norm;  // [hidden] RMSNorm weight before attention
+  Projection qkv;         // hidden -> (Hq + 2 Hkv) * D, q | k | v
+  Projection o_proj;      // Hq * D -> hidden
+  at::Tensor post_norm;   // [hidden] RMSNorm weight before the MLP
+  Projection gate_up;     // hidden -> 2 * intermediate, gate | up
+  Projection down;        // intermediate -> hidden
+  int64_t num_heads = 0;  // query heads Hq (KV heads and D come from the cache)
+  double eps = 1e-6;      // the RMSNorm epsilon
+};
+
+}  // namespace specdec_kernels

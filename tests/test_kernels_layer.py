@@ -1,0 +1,142 @@
+"""One description of the fused forward: ``LayerWeights`` with named fields, projections
+dispatched by kind in C++ ``project``, and one ``layer`` entry that the per-layer
+Python path and ``decoder_stack`` both run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from specdec import kernels
+from specdec.model import packed_linear
+from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup
+from specdec.model.builder import build_model, load_hf_config
+from specdec.model.projection import kernel_projection, project
+from specdec.model.registry import ModelRegistry, register_builtin_models
+from specdec.speculative.quantize import Int8Linear, quantize_int8
+
+K = kernels.load()
+pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
+BLOCK = 16
+
+
+class Doubled(nn.Module):
+    """A projection of a kind the kernels do not know: called back through Python."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) * 2
+
+
+def projection_modules(dtype: torch.dtype) -> dict[str, nn.Module]:
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 96, bias=True).to(dtype)
+    modules = {"plain": linear, "int8": Int8Linear(linear.weight, linear.bias, torch.bfloat16),
+               "module": Doubled(linear)}
+    if dtype == torch.bfloat16 and packed_linear.available():
+        modules["onednn"] = packed_linear.PackedLinear(linear.weight, linear.bias, 8)
+    return modules
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 5, 600])
+def test_project_matches_the_module_for_every_kind(dtype, rows):
+    x = torch.randn(rows, 64, dtype=dtype)
+    with torch.inference_mode():
+        for kind, module in projection_modules(dtype).items():
+            weights = kernel_projection(K, module)
+            assert weights.kind == kind
+            assert torch.equal(K.project(x, weights), project(module, x)), kind
+
+
+def test_bad_weights_are_rejected():
+    norm = torch.ones(64)
+    plain = K.Projection.plain(torch.zeros(8, 64))
+    with pytest.raises(RuntimeError, match="scales"):
+        K.Projection.int8(torch.zeros(8, 64, dtype=torch.int8), torch.ones(7))
+    with pytest.raises(RuntimeError, match="bias"):
+        K.Projection.plain(torch.zeros(8, 64), torch.zeros(9))
+    with pytest.raises(RuntimeError, match="callable"):
+        K.Projection.module(3)
+    with pytest.raises(RuntimeError, match="norm"):
+        K.LayerWeights(input_norm=norm, qkv=plain, o_proj=plain, post_norm=torch.ones(65),
+                       gate_up=plain, down=plain, num_heads=4, eps=1e-5)
+
+
+def load_model(model_dir, dtype: torch.dtype, variant: str = "plain"):
+    registry = ModelRegistry()
+    register_builtin_models(registry)
+    model = build_model(model_dir, load_hf_config(model_dir), registry, dtype)
+    if variant == "int8":
+        quantize_int8(model)
+    elif variant == "module":
+        mlp = model.layers[1].mlp
+        mlp.down_proj = Doubled(mlp.down_proj)
+    return model
+
+
+def test_layer_weights_name_the_layer(tiny_model_dir):
+    model = load_model(tiny_model_dir, torch.float32)
+    layer = model.layers[1]
+    weights = layer.kernel_weights(K)
+    assert weights.input_norm is layer.input_layernorm.weight
+    assert weights.post_norm is layer.post_attention_layernorm.weight
+    assert weights.qkv.weight is layer.self_attn.qkv_proj.weight
+    assert weights.down.weight is layer.mlp.down_proj.weight
+    assert (weights.num_heads, weights.eps) == (4, model.config.rms_norm_eps)
+    assert [weights.o_proj.kind, weights.gate_up.kind] == ["plain", "plain"]
+
+
+def prompt_step(model, prompts: list[list[int]], path: str):
+    """One forward over fresh prompts in consecutive blocks. ``path``: "stack" (one
+    kernel group: all layers in one ``decoder_stack`` call), "per_layer" (a kernel
+    group per prompt: one ``layer`` call per layer, attention called back through
+    Python) or "eager". Returns (hidden states, caches)."""
+    dtype = model.embed_tokens.weight.dtype
+    blocks = [-(-len(p) // BLOCK) for p in prompts]
+    caches = [torch.zeros(2, sum(blocks) * BLOCK, model.num_kv_heads, model.head_dim,
+                          dtype=dtype) for _ in model.layers]
+    firsts = [sum(blocks[:i]) for i in range(len(prompts))]
+    slots = [(first * BLOCK + p) for first, prompt in zip(firsts, prompts, strict=True)
+             for p in range(len(prompt))]
+    starts = [sum(map(len, prompts[:i])) for i in range(len(prompts))]
+    tables = [list(range(first, first + n)) + [0] * (max(blocks) - n)
+              for first, n in zip(firsts, blocks, strict=True)]
+    lens = [len(p) for p in prompts]
+
+    def kernel_group(rows: slice) -> KernelGroup:
+        return KernelGroup(*(torch.tensor(v[rows], dtype=torch.int32)
+                             for v in (tables, starts, lens, lens)))
+
+    if path == "stack":
+        groups = [kernel_group(slice(None))]
+    elif path == "per_layer":
+        groups = [kernel_group(slice(i, i + 1)) for i in range(len(prompts))]
+    else:
+        groups = [FreshPrefill(start, start + n) for start, n in zip(starts, lens, strict=True)]
+    meta = AttentionMetadata(torch.tensor(slots), groups, None if path == "eager" else K, BLOCK)
+    ids = torch.tensor([t for p in prompts for t in p])
+    positions = torch.tensor([i for p in prompts for i in range(len(p))])
+    with torch.inference_mode():
+        return model(ids, positions, caches, meta), caches
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("variant", ["plain", "int8", "module"])
+def test_stack_and_per_layer_paths_are_one_forward(tiny_model_dir, dtype, variant):
+    """decoder_stack and the per-layer path run the same layer(): bit-identical hidden
+    states and caches; in float32 both agree with the eager forward."""
+    model = load_model(tiny_model_dir, dtype, variant)
+    prompts = [list(range(5, 40)), list(range(300, 307))]
+    stack, stack_caches = prompt_step(model, prompts, "stack")
+    per_layer, layer_caches = prompt_step(model, prompts, "per_layer")
+    assert torch.equal(stack, per_layer)
+    for a, b in zip(stack_caches, layer_caches, strict=True):
+        assert torch.equal(a, b)
+    if dtype == torch.float32:
+        eager, _ = prompt_step(model, prompts, "eager")
+        torch.testing.assert_close(stack, eager, atol=1e-4, rtol=1e-4)
