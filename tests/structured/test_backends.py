@@ -216,3 +216,20 @@ def test_a_backend_name_is_registered_once(default_llm):
     llm, _ = default_llm
     with pytest.raises(ValueError, match="registered twice"):
         llm.engine.context.structured_backends.register("builtin", object())
+
+
+def test_server_leaves_the_constraint_check_to_a_named_backend():
+    """The server's up-front check is the built-in parser's: a body naming another backend
+    skips it (that backend decides at admission), and the field reaches the plugin."""
+    from specdec.server.errors import BadRequestError
+    from specdec.server.protocol import SamplingFields
+    from specdec.server.sampling import sampling_params
+
+    claimed = frozenset(["regex", "json_schema", "choice", "grammar", "structured_backend"])
+    lookahead = r"a(?=b)b"  # refused by the built-in regex check, fine for some engines
+    with pytest.raises(BadRequestError) as err:
+        sampling_params(SamplingFields(guided_regex=lookahead), 8, None, claimed)
+    assert err.value.param == "guided_regex"
+    body = SamplingFields(guided_regex=lookahead, structured_backend="other")
+    params = sampling_params(body, 8, None, claimed)
+    assert params.extra == {"regex": lookahead, "structured_backend": "other"}

@@ -114,7 +114,8 @@ class LLGuidanceMatcher(Matcher):
 
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
         row = bitmask[index].numpy()  # a CPU view of the row
-        if self._mask is None and not self.finished and row.shape[0] == num_words(self.vocab_size):
+        direct = row.shape[0] == num_words(self.vocab_size) and row.flags["C_CONTIGUOUS"]
+        if direct and self._mask is None and not self.finished:
             self.inner.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)  # straight in
             return
         super().fill_bitmask(bitmask, index)
