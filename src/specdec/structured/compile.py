@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from specdec.paths import structured_dir
+from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
 from specdec.structured.cfg.prewalk import terminals_fingerprint
+from specdec.structured.cfg.walk_store import SHARED as SHARED_WALKS
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
 from specdec.structured.compile_worker import ProcessCompiler
 from specdec.structured.regex_backend import CompiledRegex, build_index
@@ -63,12 +65,17 @@ def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = N
         _disk.evict(structured_dir())
 
 
-def clear_caches(memory: bool = True, disk: bool = True) -> None:
-    """Forget compiled constraints: the in-memory LRU and/or the disk cache's folder."""
+def clear_caches(memory: bool = True, disk: bool = True, shared: bool = False) -> None:
+    """Forget compiled constraints: the in-memory LRU and/or the disk cache's folder;
+    ``shared``: also what grammars share in this process (terminal DFAs, the walks of
+    :mod:`~specdec.structured.cfg.walk_store`), for a compile as cold as a new process's."""
     if memory:
         _memory.clear()
     if disk:
         shutil.rmtree(structured_dir(), ignore_errors=True)
+    if shared:
+        regex_to_byte_dfa.cache_clear()
+        SHARED_WALKS.clear()
 
 
 def configure_isolation(max_workers: int | None = None,
@@ -165,6 +172,7 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
             if use_disk_cache:
                 _disk.store(path, data)
             loaded = (None, len(data))
+        compiled.warm_shared_walks()  # here, not in the first masks on the engine thread
         compiled.mask_for(compiled.initial_state)  # warm the first step
         return compiled, tables_bytes + loaded[1]
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")
@@ -197,6 +205,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
         elif on_valid is not None:
             on_valid()
         compiled = CompiledGrammar(tables[0], vocab, walks[0])
+        compiled.warm_shared_walks()  # here, not in the first masks on the engine thread
         compiled.mask_for(compiled.initial_state)  # warm the first step
         return compiled, tables[1] + walks[1]
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")

@@ -12,6 +12,7 @@ trimmed so that every state can still reach an accepting state.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import interegular
@@ -41,14 +42,30 @@ def _utf8_length(lead: int) -> int:
     return 0  # ASCII, a continuation byte or an invalid lead
 
 
+@functools.lru_cache(maxsize=512)
 def regex_to_byte_dfa(pattern: str) -> ByteDFA:
     """Compile ``pattern`` (Python regex syntax, as lark writes it) to a :class:`ByteDFA`.
+
+    Memoised (JSON-schema grammars share most terminals): the result is shared, so
+    never mutate its arrays.
 
     Raises ``ValueError`` when the pattern is not a regular language (lookarounds,
     backreferences) or interegular cannot parse it.
     """
+    from specdec.structured.cfg.counted import NotComposable, composed_dfa
+
+    try:
+        return composed_dfa(pattern, regex_to_byte_dfa)
+    except NotComposable:
+        return _general_dfa(pattern)
+
+
+def _general_dfa(pattern: str) -> ByteDFA:
+    """interegular's FSM of ``pattern``, spelled out over UTF-8 bytes."""
     try:
         fsm = interegular.parse_pattern(pattern).to_fsm()
+    except MemoryError:
+        raise  # the compile's memory cap, not a property of the pattern
     except Exception as exc:  # noqa: BLE001 - interegular raises several types
         raise ValueError(f"not representable as a finite automaton: {exc}") from None
     alphabet = fsm.alphabet

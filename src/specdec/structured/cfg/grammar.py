@@ -16,14 +16,15 @@ import threading
 import numpy as np
 from lark import Lark
 from lark.exceptions import LarkError
-from lark.lexer import PatternStr
+from lark.lexer import Lexer, PatternStr
 
-from specdec.structured.bitmask import pack_bool_mask
+from specdec.structured.bitmask import num_words, pack_bool_mask, pack_token_ids
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.lalr import LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
 from specdec.structured.cfg.prewalk import prewalk
 from specdec.structured.cfg.token_walk import WalkResult, walk, walk_from_root
+from specdec.structured.cfg.walk_store import SHARED, dfa_fingerprint
 from specdec.structured.errors import ConstraintError
 from specdec.structured.matcher import StateStackMatcher
 from specdec.structured.vocabulary import TokenVocabulary
@@ -32,6 +33,19 @@ State = tuple[Stack, int, int]  # (parser stack, terminal-set id, lexer DFA stat
 FINISHED = -2  # lexer-state value after EOS was accepted
 MAX_CACHED_MASKS = 200_000
 BASIC_LEXER_DIRECTIVE = "// specdec-lexer: basic"
+DEAR_FANOUT = 64  # a lexer state this many bytes continue walks most of the vocabulary
+DEAR_STATES_PER_TERMINAL = 32  # walked at compile time; deeper ones (long counted strings) lazily
+
+
+class _TablesOnly(Lexer):
+    """Stands in for lark's lexer: only the parse table is used (terminals are lexed by
+    byte DFAs here), and building lark's contextual lexer costs 10-30x the table."""
+
+    def __init__(self, conf) -> None:
+        pass
+
+    def lex(self, *args):
+        raise NotImplementedError("grammar tables are never used to lex text")
 
 
 class GrammarTables:
@@ -39,7 +53,7 @@ class GrammarTables:
 
     def __init__(self, text: str, import_paths: list[str] | None = None):
         try:
-            lark = Lark(text, parser="lalr", lexer="contextual", start="start",
+            lark = Lark(text, parser="lalr", lexer=_TablesOnly, start="start",
                         import_paths=import_paths or [])
         except LarkError as exc:
             raise ConstraintError(f"invalid Lark grammar: {exc}") from None
@@ -59,6 +73,7 @@ class GrammarTables:
             self.terminals.append(Terminal(t.name, dfa, t.priority,
                                            isinstance(t.pattern, PatternStr)))
         self.index = {t.name: i for i, t in enumerate(self.terminals)}
+        self.terminal_keys = [dfa_fingerprint(t.dfa) for t in self.terminals]
         # "// specdec-lexer: basic" in the grammar: lex every terminal everywhere (lark's
         # basic lexer; keywords are reserved: "SELECTx" is one NAME, not SELECT + x).
         self.basic_lexer = BASIC_LEXER_DIRECTIVE in text
@@ -79,9 +94,11 @@ class CompiledGrammar:
         self._stack_tset: dict[Stack, int] = {}
         self._walks: dict[tuple, WalkResult] = dict(walks or {})
         self._masks: dict[State, np.ndarray] = {}
+        self._inside_masks: dict[tuple, np.ndarray] = {}  # walk key -> packed token mask
         self._lock = threading.RLock()
         self._trie = vocab.byte_trie
-        self._eos = np.array(sorted(vocab.eos_token_ids), dtype=np.int64)
+        self._num_words = num_words(vocab.vocab_size)
+        self._eos_mask = pack_token_ids(vocab.eos_token_ids, vocab.vocab_size)
         self.initial_state: State = (self.lalr.start_stack,
                                      self.tset_for(self.lalr.start_stack), 0)
 
@@ -93,6 +110,26 @@ class CompiledGrammar:
         walks = prewalk(self.tables.terminals, self._lexers[self.initial_state[1]], self._trie)
         self._walks.update(walks)
         return walks
+
+    def warm_shared_walks(self, per_terminal: int = DEAR_STATES_PER_TERMINAL) -> int:
+        """Walk now, off the engine thread, the dear single-terminal states (inside a
+        string: nearly every byte continues, so the walk visits the whole vocabulary)
+        that the process-wide store lacks; the first masks then never pay them. Returns
+        how many walks ran (0 once a terminal has been seen by any grammar)."""
+        done = 0
+        for index, terminal in enumerate(self.tables.terminals):
+            table = terminal.dfa.table
+            dear = np.flatnonzero((table >= 0).sum(axis=1) >= DEAR_FANOUT)
+            dear = dear[dear > 0][:per_terminal]
+            if not dear.size:
+                continue
+            lexer = build_lexer_dfa(self.tables.terminals, frozenset([index]))
+            for q in dear.tolist():
+                key = (self.vocab.fingerprint, self.tables.terminal_keys[index], q)
+                if SHARED.get(key, index) is None:
+                    SHARED.put(key, walk_from_root(lexer, q, self._trie))
+                    done += 1
+        return done
 
     # ------------------------------------------------------------ lexer contexts
 
@@ -154,25 +191,47 @@ class CompiledGrammar:
         mask = self._masks.get(state)
         if mask is not None:
             return mask
-        if state[2] == FINISHED:
-            allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
-        else:
+        mask = np.zeros(self._num_words, dtype=np.int32)
+        if state[2] != FINISHED:
             stack, tset, q = state
-            nodes = np.zeros(self._trie.num_nodes, dtype=bool)
-            self._collect(stack, tset, q, (self._lexers[tset].live[q],), None, nodes)
-            allowed = self._trie.token_mask(nodes)
+            self._collect(stack, tset, q, (self._lexers[tset].live[q],), None, mask)
             if self.is_accepting(state):
-                allowed[self._eos] = True
-        mask = pack_bool_mask(allowed)
+                mask |= self._eos_mask
         mask.setflags(write=False)
         if len(self._masks) > MAX_CACHED_MASKS:
             self._masks.clear()
         self._masks[state] = mask
         return mask
 
+    def _inside_mask(self, key: tuple, result: WalkResult) -> np.ndarray:
+        """The packed token mask of the tokens a walk ends inside its lexeme (cached:
+        the same walk serves many parser stacks, each a different mask)."""
+        packed = self._inside_masks.get(key)
+        if packed is None:
+            nodes = np.zeros(self._trie.num_nodes, dtype=bool)
+            nodes[result.inside] = True
+            packed = pack_bool_mask(self._trie.token_mask(nodes))
+            if len(self._inside_masks) > MAX_CACHED_MASKS:
+                self._inside_masks.clear()
+            self._inside_masks[key] = packed
+        return packed
+
+    def _root_walk(self, tset: int, q: int, live: tuple) -> WalkResult:
+        """A whole-vocabulary walk from lexer state ``q``; from the process-wide store
+        when one terminal alone is alive there (the walk is then grammar-independent)."""
+        if len(live) != 1:
+            return walk_from_root(self._lexers[tset], q, self._trie)
+        ((terminal, terminal_state),) = live
+        key = (self.vocab.fingerprint, self.tables.terminal_keys[terminal], terminal_state)
+        result = SHARED.get(key, terminal)
+        if result is None:
+            result = walk_from_root(self._lexers[tset], q, self._trie)
+            SHARED.put(key, result)
+        return result
+
     def _collect(self, stack: Stack, tset: int, q: int, key: tuple, start: np.ndarray | None,
                  allowed: np.ndarray) -> None:
-        """Mark in ``allowed`` (trie nodes) the tokens that the state accepts.
+        """Set in ``allowed`` (a packed token mask) the tokens that the state accepts.
 
         ``start``: the trie nodes whose bytes begin the lexeme (None: the whole vocabulary).
         ``key``: the walk's cache key, (live pairs of the first lexer state,) then one
@@ -181,11 +240,11 @@ class CompiledGrammar:
         result = self._walks.get(key)
         if result is None:
             if start is None:
-                result = walk_from_root(self._lexers[tset], q, self._trie)
+                result = self._root_walk(tset, q, key[0])
             else:
                 result = walk(self._lexers[tset], q, start, self._trie)
             self._walks[key] = result
-        allowed[result.inside] = True
+        allowed |= self._inside_mask(key, result)
         for terminal, sub_start in result.boundaries.items():
             if terminal in self.tables.ignore:
                 next_stack = stack

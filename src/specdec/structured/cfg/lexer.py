@@ -49,6 +49,11 @@ class LexerDFA:
 
 def build_lexer_dfa(terminals: list[Terminal], members: frozenset[int]) -> LexerDFA:
     """Combine ``terminals[i] for i in members`` into one DFA."""
+    if len(members) == 1:  # the terminal's own DFA, without the product walk
+        (index,) = members
+        dfa = terminals[index].dfa
+        winner = np.where(dfa.accepting, index, -1).astype(np.int32)
+        return LexerDFA(dfa.table, winner, [((index, s),) for s in range(dfa.num_states)])
     order = sorted(members)
     tables = [terminals[i].dfa.table for i in order]
     accepting = [terminals[i].dfa.accepting for i in order]

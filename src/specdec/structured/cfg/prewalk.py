@@ -1,13 +1,12 @@
 """Vocabulary walks done at compile time, so that a first visit to a lexer state is cheap.
 
 A mask miss costs one vocabulary walk per lexer state not seen before (see
-:mod:`token_walk`). The dear ones start inside a long lexeme: in a JSON string nearly
-every token stays inside, so the walk visits the whole vocabulary trie. Compiling a
-grammar therefore walks, once, from
-
-* every state of each terminal lexed alone: after the first byte of a lexeme usually
-  one terminal is still alive, and such a state lexes the same in every lexer context;
-* every state of the start context (with the basic lexer, the only context).
+:mod:`token_walk`). Walks from states where one terminal alone is alive (after the
+first byte of nearly every lexeme) do not depend on the grammar: they are done on
+first use and shared by every grammar through :mod:`walk_store`, so compiling a new
+schema does not repeat the JSON-string walks of the last one. What is left to do at
+compile time are the start context's states where several terminals are still alive
+(with the basic lexer, the only context).
 
 Walks are keyed by the live (terminal, terminal state) pairs, so they serve every
 lexer context, and they are stored in the compile cache next to the grammar tables,
@@ -19,7 +18,7 @@ from __future__ import annotations
 import hashlib
 
 from specdec.structured.byte_trie import ByteTrie
-from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
+from specdec.structured.cfg.lexer import LexerDFA, Terminal
 from specdec.structured.cfg.token_walk import WalkResult, walk_from_root
 
 WalkKey = tuple  # (live pairs,) for a walk over the whole vocabulary
@@ -28,13 +27,11 @@ WalkKey = tuple  # (live pairs,) for a walk over the whole vocabulary
 def prewalk(terminals: list[Terminal], start_lexer: LexerDFA,
             trie: ByteTrie) -> dict[WalkKey, WalkResult]:
     """Whole-vocabulary walks from the states listed in the module docstring."""
-    lexers = [build_lexer_dfa(terminals, frozenset([i])) for i in range(len(terminals))]
     walks: dict[WalkKey, WalkResult] = {}
-    for lexer in [start_lexer, *lexers]:
-        for q in range(1, lexer.num_states):  # state 0 (no lexeme yet) is context-specific
-            key = (lexer.live[q],)
-            if key not in walks:
-                walks[key] = walk_from_root(lexer, q, trie)
+    for q in range(1, start_lexer.num_states):  # state 0 (no lexeme yet): context-specific
+        key = (start_lexer.live[q],)
+        if len(key[0]) > 1 and key not in walks:
+            walks[key] = walk_from_root(start_lexer, q, trie)
     return walks
 
 
