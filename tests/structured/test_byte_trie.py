@@ -44,3 +44,15 @@ def test_every_token_is_spelled_by_its_node(tokenizer):
     parent = _parents(trie)
     for i in range(0, len(vocab.token_bytes), 7):
         assert _spell(trie, int(trie.token_node[i]), parent) == (vocab.token_bytes[i] or b"")
+
+
+def test_tokens_at_lists_every_token_spelled_by_the_nodes():
+    from specdec.structured.byte_trie import build_byte_trie
+
+    token_bytes = [b"a", b"ab", b"b", b"ab", None, b"abc"]  # ids 1 and 3 share a node
+    trie = build_byte_trie(token_bytes, len(token_bytes))
+    node = trie.token_node
+    assert sorted(trie.tokens_at(np.array([node[1]])).tolist()) == [1, 3]
+    assert sorted(trie.tokens_at(np.array([node[0], node[5]])).tolist()) == [0, 5]
+    assert trie.tokens_at(np.array([node[2]])).tolist() == [2]
+    assert trie.tokens_at(np.array([], dtype=np.intp)).tolist() == []

@@ -30,12 +30,12 @@ def llguidance_peer(tokenizer, vocab_size: int):
     def compile_constraint(constraint: Constraint):
         if "json_schema" in constraint:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                json.dumps(constraint["json_schema"]), defaults={"whitespace_flexible": False})
+                json.dumps(constraint["json_schema"]), defaults={"whitespace_flexible": True})
         elif "regex" in constraint:
             grammar = llguidance.LLMatcher.grammar_from_regex(constraint["regex"])
         else:  # any JSON value
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
-                "{}", defaults={"whitespace_flexible": False})
+                "{}", defaults={"whitespace_flexible": True})
         matcher = llguidance.LLMatcher(lltok, grammar)
         if matcher.is_error():
             raise ValueError(matcher.get_error())

@@ -17,6 +17,7 @@ of a node are contiguous and the children of a sorted set of nodes come out sort
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,27 @@ class ByteTrie:
         parent_index = np.repeat(np.arange(nodes.shape[0]), counts)
         first = self.child_start[nodes] - (ends - counts)
         return first[parent_index] + np.arange(total), parent_index
+
+    @functools.cached_property
+    def _tokens_by_node(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(token ids sorted by node, first index per node, count per node)."""
+        order = np.argsort(self.token_node, kind="stable")
+        order = order[self.token_node[order] != ROOT]
+        nodes = self.token_node[order]
+        first = np.searchsorted(nodes, np.arange(self.num_nodes))
+        count = np.bincount(nodes, minlength=self.num_nodes)
+        return order, first, count
+
+    def tokens_at(self, nodes: np.ndarray) -> np.ndarray:
+        """The ids of the tokens spelled exactly by ``nodes`` (several ids may share one)."""
+        order, first, count = self._tokens_by_node
+        counts = count[nodes]
+        if counts.max(initial=0) <= 1:
+            return order[first[nodes[counts == 1]]]
+        total = int(counts.sum())
+        ends = np.cumsum(counts)
+        index = np.repeat(first[nodes] - (ends - counts), counts) + np.arange(total)
+        return order[index]
 
     def token_mask(self, node_mask: np.ndarray) -> np.ndarray:
         """bool ``[vocab_size]`` from bool ``[num_nodes]`` (``node_mask[ROOT]`` must be False)."""

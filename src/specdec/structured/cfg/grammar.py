@@ -208,9 +208,9 @@ class CompiledGrammar:
         the same walk serves many parser stacks, each a different mask)."""
         packed = self._inside_masks.get(key)
         if packed is None:
-            nodes = np.zeros(self._trie.num_nodes, dtype=bool)
-            nodes[result.inside] = True
-            packed = pack_bool_mask(self._trie.token_mask(nodes))
+            allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
+            allowed[self._trie.tokens_at(result.inside)] = True
+            packed = pack_bool_mask(allowed)
             if len(self._inside_masks) > MAX_CACHED_MASKS:
                 self._inside_masks.clear()
             self._inside_masks[key] = packed

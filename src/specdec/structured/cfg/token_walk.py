@@ -22,12 +22,15 @@ A walk's result does not depend on the parser stack, so it is cached per lexer s
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from specdec.structured.byte_trie import ROOT, ByteTrie
 from specdec.structured.cfg.lexer import LexerDFA
+from specdec.structured.native import load_trie_walk
 
 
 @dataclass
@@ -47,6 +50,91 @@ class WalkResult:
 
 def walk(dfa: LexerDFA, start_state: int, nodes: np.ndarray, trie: ByteTrie) -> WalkResult:
     """Feed the byte of each trie node in ``nodes`` from ``start_state``, then their subtrees."""
+    native = load_trie_walk()
+    if native is not None:
+        return _walk_native(native, dfa, start_state, nodes, trie)
+    return walk_numpy(dfa, start_state, nodes, trie)
+
+
+def _walk_native(native, dfa: LexerDFA, start_state: int, nodes: np.ndarray,
+                 trie: ByteTrie) -> WalkResult:
+    """:func:`walk_numpy` in C, depth first (the same sets, in another order)."""
+    walker = _walkers.get(trie)
+    if walker is None:
+        walker = _walkers.put(trie, _NativeWalker(native, trie))
+    return walker.walk(dfa, start_state, nodes)
+
+
+class _ByIdentity:
+    """Values kept for as long as their key object lives (keys need not be hashable)."""
+
+    def __init__(self):
+        self._entries: dict[int, tuple[weakref.ref, object]] = {}
+
+    def get(self, key):
+        entry = self._entries.get(id(key))
+        return entry[1] if entry is not None and entry[0]() is key else None
+
+    def put(self, key, value):
+        identity = id(key)
+        self._entries[identity] = (weakref.ref(key, lambda _: self._entries.pop(identity, None)),
+                                   value)
+        return value
+
+
+class _NativeWalker:
+    """The C walk bound to one trie: its arrays' addresses, and scratch buffers per thread."""
+
+    def __init__(self, native, trie: ByteTrie):
+        self.native = native
+        self.size = trie.num_nodes
+        self.arrays = (np.ascontiguousarray(trie.byte, dtype=np.int64),
+                       np.ascontiguousarray(trie.child_start, dtype=np.int64),
+                       np.ascontiguousarray(trie.num_children, dtype=np.int64),
+                       np.ascontiguousarray(trie.is_token).view(np.uint8))
+        self.addresses = tuple(a.ctypes.data for a in self.arrays)
+        self.local = threading.local()
+        self.dfa_addresses = _ByIdentity()
+
+    def _scratch(self, capacity: int):
+        scratch = getattr(self.local, "scratch", None)
+        if scratch is None or scratch[0] < capacity:
+            arrays = (np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64),
+                      np.empty(capacity, dtype=np.int32), np.empty(capacity, dtype=np.int64),
+                      np.empty(capacity, dtype=np.int32), np.zeros(2, dtype=np.int64))
+            scratch = self.local.scratch = (capacity, arrays,
+                                            tuple(a.ctypes.data for a in arrays))
+        return scratch[1], scratch[2]
+
+    def walk(self, dfa: LexerDFA, start_state: int, nodes: np.ndarray) -> WalkResult:
+        tables = self.dfa_addresses.get(dfa)
+        if tables is None:
+            kept = (np.ascontiguousarray(dfa.table, dtype=np.int32),
+                    np.ascontiguousarray(dfa.winner, dtype=np.int32))
+            tables = self.dfa_addresses.put(dfa, (kept, kept[0].ctypes.data,
+                                                  kept[1].ctypes.data))
+        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        capacity = self.size + nodes.shape[0]
+        arrays, address = self._scratch(capacity)
+        inside, ends, closing, _, _, counts = arrays
+        status = self.native(tables[1], tables[2], *self.addresses, nodes.ctypes.data,
+                             nodes.shape[0], start_state, address[0], address[5], address[1],
+                             address[2], address[5] + 8, address[3], address[4], capacity)
+        if status != 0:
+            raise RuntimeError("trie walk stack overflow")
+        num_inside, num_boundaries = int(counts[0]), int(counts[1])
+        groups = _by_terminal(closing[:num_boundaries], ends[:num_boundaries]) \
+            if num_boundaries else []
+        return WalkResult(inside[:num_inside].astype(np.intp),
+                          {t: group.astype(np.intp) for t, group in groups})
+
+
+_walkers = _ByIdentity()
+
+
+def walk_numpy(dfa: LexerDFA, start_state: int, nodes: np.ndarray,
+               trie: ByteTrie) -> WalkResult:
+    """:func:`walk` breadth first in numpy, one trie depth per iteration."""
     table = dfa.table.astype(np.intp).ravel()  # flat: [state * 256 + byte]
     winner = dfa.winner
     inside: list[np.ndarray] = []
