@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 
 from specdec.core.kv_cache_manager import cdiv
-from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
+from specdec.core.messages import LogitsRow, RunnerOutput, ScheduledRequest, SchedulerOutput
 from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup, PaddedGroup
-from specdec.sample.logits_rows import LogitsRow
 
 SHORT_QUERY = 32  # queries up to this long share one padded attention call
 # With the fused kernels, paged attention takes decodes, drafts and queries up to
@@ -49,7 +48,7 @@ class ModelRunner:
         return per_token * block_size * torch.empty((), dtype=dtype).element_size()
 
     @torch.inference_mode()
-    def execute(self, sched: SchedulerOutput) -> tuple[torch.Tensor, list[LogitsRow]]:
+    def execute(self, sched: SchedulerOutput) -> RunnerOutput:
         # Single-token steps first, contiguous, so they attend as one group.
         order = sorted(sched.scheduled, key=lambda s: s.num_tokens != 1 or s.start == 0)
         input_ids: list[int] = []
@@ -80,12 +79,12 @@ class ModelRunner:
             meta,
         )
         if not rows:
-            return torch.empty(0, 0), rows
+            return RunnerOutput(torch.empty(0, 0), rows)
         if len(sample_index) == hidden.shape[0]:
             self._sampled_hidden = hidden
         else:
             self._sampled_hidden = hidden[torch.tensor(sample_index, dtype=torch.long)]
-        return self.model.compute_logits(self._sampled_hidden), rows
+        return RunnerOutput(self.model.compute_logits(self._sampled_hidden), rows)
 
     @torch.inference_mode()
     def recompute_logits(self) -> torch.Tensor:

@@ -43,7 +43,6 @@ class Request:
     num_preemptions: int = 0
     num_cached_prompt_tokens: int = 0  # prompt tokens served by the prefix cache
     first_token_time: float | None = None
-    last_token_time: float | None = None
     finish_time: float | None = None
     logprobs: list[dict[int, float]] = field(default_factory=list)
     plugin_data: dict[str, Any] = field(default_factory=dict)

@@ -9,6 +9,10 @@ with what is left. When the pool runs dry, the newest running request is
 preempted: its blocks are freed and it returns to the head of the waiting queue
 to be recomputed later. A paused request (its reader is not keeping up) keeps its
 place and its blocks but is not scheduled until it is resumed.
+
+The scheduler owns ``num_computed_tokens``: admission sets it (prefix-cache hits),
+preemption resets it, :meth:`update` advances it after each forward and takes back
+the drafts sampling rejected (freeing their KV), :meth:`rewind` moves it back.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from specdec.core.kv_cache_manager import KVCacheManager
+from specdec.core.messages import SampleOutput, ScheduledRequest, SchedulerOutput
 from specdec.core.request import Request, RequestStatus
-from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
 
 
 @dataclass
@@ -143,6 +147,24 @@ class Scheduler:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
+
+    def update(self, scheduler_output: SchedulerOutput, sample_output: SampleOutput) -> None:
+        """The step ran: each scheduled request computed its tokens; each request that
+        sampled keeps the drafts it accepted and frees the KV of those it rejected."""
+        for scheduled in scheduler_output.scheduled:
+            scheduled.request.num_computed_tokens += scheduled.num_tokens
+        for sample in sample_output.samples:
+            req = sample.request
+            num_rejected = len(req.draft_token_ids) - sample.num_accepted_drafts
+            if req.draft_token_ids:
+                req.num_computed_tokens -= num_rejected
+                self.kv.trim(req, req.num_computed_tokens + 1)  # room for the next token
+            req.clear_drafts()
+
+    def rewind(self, req: Request, num_computed_tokens: int) -> None:
+        """Forget the KV past the first ``num_computed_tokens`` tokens (they are
+        recomputed when next scheduled). The blocks stay with the request."""
+        req.num_computed_tokens = min(req.num_computed_tokens, num_computed_tokens)
 
     def remove(self, req: Request) -> None:
         """Take a finished or aborted request out of the queues and free its blocks."""

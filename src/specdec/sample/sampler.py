@@ -1,24 +1,12 @@
-"""Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds,
-and speculative verification.
+"""Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds.
 
 Random rows sample by the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``),
 which draws exactly from ``p``; each seeded request draws its noise from its own
 generator, so its tokens do not depend on what else is in the batch.
 
-Speculative rows (Leviathan et al. 2023, "Fast Inference from Transformers via
-Speculative Decoding"; Chen et al. 2023) verify a draft token ``x`` proposed from
-``q``. With ``p`` the target distribution after all of the request's processing:
-
-* *accepted*: ``x`` is kept with probability ``min(1, p(x) / q(x))``;
-* *recovered*: otherwise a token is drawn from ``norm(max(p - q, 0))``, which never
-  equals ``x``, and the rest of the drafts are discarded;
-* *bonus*: the row after the last draft samples plainly from ``p``.
-
-The kept token is then exactly distributed as ``p``. A draft with no ``q``
-(n-gram, grammar-forced) is a point mass: then the rule reduces to sampling from
-``p`` and accepting iff the sample equals ``x``, which is what plain sampling does.
-Greedy rows accept while the draft equals the argmax. The engine keeps tokens up
-to the first row whose token differs from its draft.
+Every row gets a token, draft rows included: a row whose draft came with a proposal
+distribution ``q`` is rejection-sampled (:func:`specdec.sample.rejection.verify_draft`);
+which drafts a request then keeps is :func:`specdec.sample.rejection.accept_drafts`.
 """
 
 from __future__ import annotations
@@ -27,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.sample.logits_rows import LogitsRow
+from specdec.core.messages import LogitsRow, RunnerOutput, SampleOutput
+from specdec.sample.rejection import accept_drafts, verify_draft
 
 LOGPROB_FLOOR = -9999.0  # the logprob reported for a token that cannot be sampled
 
@@ -47,7 +36,16 @@ class Sampler:
         else:
             self.generator.seed()
 
+    def sample(self, runner_output: RunnerOutput) -> SampleOutput:
+        """The step's sampling: a token for every row, then each request's accepted drafts."""
+        rows = runner_output.rows
+        if not rows:
+            return SampleOutput()
+        sampled = self(runner_output.logits, rows)
+        return accept_drafts(rows, sampled.token_ids, sampled.logprobs)
+
     def __call__(self, logits: torch.Tensor, rows: list[LogitsRow]) -> SamplerOutput:
+        """One token per row (draft rows with a ``q`` rejection-sampled), and logprobs."""
         params = [r.request.sampling_params for r in rows]
         raw_logprobs = None
         if any(p.logprobs is not None for p in params):
@@ -82,16 +80,7 @@ class Sampler:
 
     def _verify(self, p: torch.Tensor, row: LogitsRow) -> int:
         """Rejection-sample one draft token proposed from ``row.draft_probs``."""
-        x, q = row.draft_token, row.draft_probs.to(p.dtype)
-        gen = row.request.generator or self.generator
-        if float(torch.rand((), generator=gen)) * float(q[x]) < float(p[x]):
-            return x
-        residual = (p - q).clamp_min_(0.0)
-        if float(residual.sum()) <= 0.0:  # p == q up to rounding: any sample of p is fine
-            residual = p.clone()
-        residual[x] = 0.0  # rejection implies p(x) < q(x), so the residual at x is zero
-        noise = torch.empty_like(residual).exponential_(generator=gen)
-        return int((residual / noise).argmax())
+        return verify_draft(p, row, row.request.generator or self.generator)
 
 
 def processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:

@@ -21,9 +21,10 @@ import torch
 
 from specdec import kernels as cpu_kernels
 from specdec.core.kv_cache_manager import KVCacheManager
+from specdec.core.messages import SampleOutput, ScheduledRequest, SchedulerOutput
 from specdec.core.model_runner import ModelRunner
 from specdec.core.request import Request
-from specdec.core.scheduler_output import ScheduledRequest, SchedulerOutput
+from specdec.core.scheduler import Scheduler, SchedulerConfig
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config
 from specdec.model.packed_linear import pack_linears
@@ -54,6 +55,8 @@ class DraftModelProposer:
         self.model = model
         num_blocks = context.kv_cache_manager.num_blocks
         self.kv = KVCacheManager(num_blocks, engine_cfg.block_size)
+        # Owns the shadows' num_computed_tokens; the proposer places their tokens itself.
+        self.scheduler = Scheduler(SchedulerConfig(), self.kv)
         self.runner = ModelRunner(model, num_blocks, engine_cfg.block_size, dtype, kernels)
         self.generator = torch.Generator().manual_seed(engine_cfg.seed or 0)
         self._shadows: dict[str, Request] = {}
@@ -78,9 +81,10 @@ class DraftModelProposer:
                                                   self.kv.block_ids(shadow.request_id)))
             if not scheduled:
                 break
-            logits, rows = self.runner.execute(SchedulerOutput(scheduled))
-            for s in scheduled:
-                s.request.num_computed_tokens += s.num_tokens
+            scheduler_output = SchedulerOutput(scheduled)
+            runner_output = self.runner.execute(scheduler_output)
+            self.scheduler.update(scheduler_output, SampleOutput())
+            logits, rows = runner_output.logits, runner_output.rows
             row_of = {id(row.request): i for i, row in enumerate(rows)}
             for req, shadow in running:
                 if id(shadow) not in row_of:
@@ -120,7 +124,7 @@ class DraftModelProposer:
                 break
         shadow.prompt_token_ids = tokens
         shadow.output_token_ids = []
-        shadow.num_computed_tokens = min(valid, len(tokens) - 1)
+        self.scheduler.rewind(shadow, min(valid, len(tokens) - 1))
         return shadow
 
     def release(self, request: Request) -> None:
