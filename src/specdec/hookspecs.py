@@ -188,7 +188,9 @@ def specdec_logits(logits: Any, rows: list[LogitsRow]) -> None:
 
 
 @hookspec
-def specdec_postprocess(request: Request, new_token_ids: list[int]) -> str | None:
+def specdec_postprocess(
+    request: Request, new_token_ids: list[int], num_accepted_drafts: int
+) -> str | None:
     """A request got new tokens (already appended to ``request.output_token_ids``).
 
     When: every step, once per request that produced tokens, after stop checks of
@@ -196,7 +198,12 @@ def specdec_postprocess(request: Request, new_token_ids: list[int]) -> str | Non
         request is finished, so plugins see every accepted token.
     request: the request; ``request.is_finished_pending`` tells whether the engine
         will finish it anyway.
-    new_token_ids: the tokens accepted this step (several with speculation).
+    new_token_ids: the tokens accepted this step (several with speculation), cut
+        after the first one that stops the request.
+    num_accepted_drafts: how many of the request's draft tokens verification accepted
+        this step (0 without drafts), counted before a stop cut ``new_token_ids``, so
+        it may exceed ``len(new_token_ids) - 1``. Implementations that do not use it
+        leave it out of their signature, as with every parameter.
     Returns: a finish reason (``"stop"``) to finish the request now, or None.
     Mutates: plugin state; must not edit the token lists.
     Cost: < ~100 µs per request.

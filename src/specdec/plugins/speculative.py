@@ -2,9 +2,11 @@
 
 Active when ``LLM(speculative={...})`` is set. Before each step it attaches draft
 tokens to decoding requests; the scheduler schedules them like any other tokens
-(k + 1 per request), the sampler verifies them by rejection sampling and the
-engine keeps the accepted prefix. A third-party proposer works the same way:
-implement ``specdec_schedule`` and set ``request.draft_token_ids``.
+(k + 1 per request), the sampler verifies them (``specdec.sample.rejection``), the
+scheduler keeps the accepted prefix and the metrics count what verification accepted
+(``num_accepted_drafts``), even where a stop then cut the tokens. A third-party
+proposer works the same way: implement ``specdec_schedule`` and set
+``request.draft_token_ids``.
 """
 
 from __future__ import annotations
@@ -87,11 +89,11 @@ class SpeculativePlugin:
                 self._scheduled_drafts[s.request.request_id] = s.num_draft_tokens
 
     @hookimpl
-    def specdec_postprocess(self, request, new_token_ids) -> None:
+    def specdec_postprocess(self, request, num_accepted_drafts: int = 0) -> None:
+        # the default serves callers of the pluggy hook that predate the parameter
         drafts = self._scheduled_drafts.pop(request.request_id, 0)
         if drafts:
-            accepted = min(max(len(new_token_ids) - 1, 0), drafts)
-            self.metrics.record(drafts, accepted)
+            self.metrics.record(drafts, num_accepted_drafts)
 
     @hookimpl
     def specdec_request_finished(self, request, reason) -> None:
