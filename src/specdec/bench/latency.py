@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--skip-llamacpp", action="store_true",
+                        help="skip llama.cpp (run when llama-cpp-python is installed)")
     from specdec.cli.options import add_constraint_arguments
 
     add_constraint_arguments(parser)
@@ -110,11 +112,38 @@ def main(args: argparse.Namespace) -> dict:
         print(f"  acceptance rate {s['spec_acceptance_rate']:.2f}, mean acceptance length "
               f"{s['spec_mean_acceptance_length']:.2f}, per position "
               f"{[round(x, 2) for x in s['spec_acceptance_per_position']]}")
+    if not args.skip_llamacpp:
+        result["llamacpp"] = _llamacpp(args, prompts, result, base)
     if not args.skip_hf:
         result.update(_hf_latency(kwargs, prompts[0], args))
         print(f"HF generate (prompt 0): TTFT {result['hf_ttft_ms']:.1f} ms, mean ITL "
               f"{result['hf_itl_ms']:.2f} ms")
     return result
+
+
+def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
+              base: dict) -> dict:
+    """llama.cpp on the same GGUF, prompts and thread count; ratios printed against it."""
+    from specdec.bench.llamacpp_peer import gguf_file, llamacpp_latency
+
+    path = gguf_file(args.model)
+    if path is None:
+        return {"status": "not a GGUF model"}
+    peer = llamacpp_latency(path, prompts, args.max_tokens, torch.get_num_threads(),
+                            args.ignore_eos, args.repeats)
+    if peer["status"] != "ok":
+        print(f"llama.cpp: {peer['status']}")
+        return peer
+    outputs = peer.pop("outputs")
+    same = sum(a[: len(b)] == b[: len(a)] for a, b in zip(base["outputs"], outputs, strict=True))
+    peer.update(speedup=peer["itl_ms"] / result["itl_ms"], same_greedy_prefix=same)
+    print(f"llama.cpp {peer['version']} ({path.name}, {peer['threads']} threads): TTFT "
+          f"{peer['ttft_ms']:.1f} ms, mean ITL {peer['itl_ms']:.2f} ms ({peer['tok_s']:.1f} tok/s)"
+          f" -> specdec / llama.cpp = {peer['speedup']:.2f}x"
+          + (f", with speculation {peer['itl_ms'] / result['spec_itl_ms']:.2f}x"
+             if "spec_itl_ms" in result else "")
+          + f"; greedy outputs agreeing (shorter a prefix of longer): {same}/{len(outputs)}")
+    return peer
 
 
 def _hf_latency(kwargs, prompt: list[int], args) -> dict:

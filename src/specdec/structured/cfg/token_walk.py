@@ -168,4 +168,4 @@ def _by_terminal(closing: np.ndarray, nodes: np.ndarray) -> list[tuple[int, np.n
     low, high = int(closing.min()), int(closing.max())
     if low == high:
         return [(low, nodes)] if low >= 0 else []
-    return [(t, nodes[closing == t]) for t in np.unique(closing[closing >= 0]).tolist()]
+    return [(t, nodes[closing == t]) for t in sorted(set(closing[closing >= 0].tolist()))]

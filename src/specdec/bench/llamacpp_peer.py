@@ -1,0 +1,65 @@
+"""The CPU peer: llama.cpp (``llama-cpp-python``) on the same GGUF file, prompts and threads.
+
+Installed for benchmarks only (it builds from source, ~8 min on 2 cores):
+``pip install llama-cpp-python``. Each prompt runs alone, greedy; TTFT is the time to the
+first generated token, ITL the mean time per token after it, as for specdec.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+
+def gguf_file(model: str | None) -> Path | None:
+    """The GGUF file behind ``model`` (the bundled one when None), or None for HF dirs."""
+    from specdec.model.loader import default_model_path
+
+    path = default_model_path() if model is None else Path(model)
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
+def llamacpp_latency(path: Path, prompts: list[list[int]], max_tokens: int, threads: int,
+                     ignore_eos: bool, repeats: int = 1) -> dict:
+    """TTFT / ITL of llama.cpp; ``{"status": ...}`` alone when it is not installed."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return {"status": "not installed (pip install llama-cpp-python)"}
+    import llama_cpp
+
+    llm = Llama(model_path=str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
+                n_batch=512, verbose=False)
+    eos = llm.token_eos()
+    outputs: list[list[int]] = []
+
+    def run(prompt: list[int]) -> tuple[float, float, int]:
+        start = time.perf_counter()
+        first = None
+        tokens: list[int] = []
+        for token in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
+            if first is None:
+                first = time.perf_counter()
+            if token == eos and not ignore_eos:
+                break
+            tokens.append(token)
+            if len(tokens) >= max_tokens:
+                break
+        end = time.perf_counter()
+        outputs.append(tokens)
+        return first - start, end - first, len(tokens)
+
+    run(prompts[0][:8])  # warm-up
+    outputs.clear()
+    ttfts, decode_s, decode_tokens = [], 0.0, 0
+    for _ in range(repeats):
+        for prompt in prompts:
+            ttft, decode, count = run(prompt)
+            ttfts.append(ttft)
+            decode_s += decode
+            decode_tokens += max(count - 1, 0)
+    itl = decode_s / max(decode_tokens, 1)
+    return {"status": "ok", "version": llama_cpp.__version__, "threads": threads,
+            "ttft_ms": 1e3 * statistics.median(ttfts), "itl_ms": 1e3 * itl, "tok_s": 1 / itl,
+            "outputs": outputs}
