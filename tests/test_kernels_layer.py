@@ -140,3 +140,17 @@ def test_stack_and_per_layer_paths_are_one_forward(tiny_model_dir, dtype, varian
     if dtype == torch.float32:
         eager, _ = prompt_step(model, prompts, "eager")
         torch.testing.assert_close(stack, eager, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not packed_linear.available(), reason="no oneDNN bf16 here")
+def test_amx_tiles_projection_takes_onednn_past_the_tile_rows():
+    """Beyond ``tile_linear_max_rows`` an AMX-tiles projection runs its oneDNN copy."""
+    torch.manual_seed(4)
+    module = packed_linear.PackedLinear(torch.randn(96, 64, dtype=torch.bfloat16),
+                                        torch.randn(96, dtype=torch.bfloat16), 8)
+    tiles = torch.zeros(3, 2, 2, 16, 32, dtype=torch.bfloat16)  # never read past the rows
+    weights = K.Projection.amx_tiles(tiles, module.packed, module.bias)
+    assert weights.kind == "amx_tiles"
+    x = torch.randn(K.tile_linear_max_rows() + 3, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(K.project(x, weights), project(module, x))

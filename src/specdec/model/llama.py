@@ -9,10 +9,12 @@ Forward contract shared by every registered model:
 ``forward(input_ids [T], positions [T], kv_caches: list[[2, S, Hkv, D]], meta)``
 returns hidden states ``[T, hidden]``; ``compute_logits(hidden [N, hidden])``
 returns float32 logits ``[N, vocab]``. A model that sets ``supports_fused_kernels``
-also runs with ``meta.kernels`` set: the same layers through the fused CPU kernels
-(residual add + RMSNorm, RoPE + KV write, paged attention, SiLU * up). Projections
-run wherever their module says: a plain ``nn.Linear``, or a ``PackedLinear`` (oneDNN,
-or AMX tiles for decode-sized batches).
+also runs with ``meta.kernels`` set: the same layers through the fused CPU kernels'
+one C++ ``layer`` (residual add + RMSNorm, RoPE + KV write, paged attention,
+SiLU * up), each over its ``LayerWeights`` (``DecoderLayer.kernel_weights``). The eager
+layers stay the reference the fused path is tested against. Projections run wherever
+their module says: a plain ``nn.Linear``, a ``PackedLinear`` (oneDNN, or AMX tiles for
+decode-sized batches), int8 weights, or the module itself (``projection.py``).
 """
 
 from __future__ import annotations
