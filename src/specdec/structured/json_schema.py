@@ -48,7 +48,16 @@ from typing import Any
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.int_range import int_range_regex, number_range_regex
 from specdec.structured.json_pattern import pattern_to_json_regex
+from specdec.structured.schema_not import (
+    CONDITIONAL,
+    INTERNAL,
+    NON_INTEGER,
+    NOT_IN,
+    conditional,
+    negate,
+)
 from specdec.structured.schema_refs import SchemaIndex, is_legacy_draft
+from specdec.structured.schema_values import EVALUATED, satisfies
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
 MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
@@ -57,22 +66,27 @@ MAX_STRING_LENGTH_BOUND = 2048  # minLength / maxLength counted in the lexer's a
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
 REFUSED = frozenset({
-    "not", "if", "then", "else", "multipleOf", "contains", "minContains", "maxContains",
-    "patternProperties", "propertyNames", "minProperties", "maxProperties",
+    "multipleOf", "patternProperties", "propertyNames", "minProperties", "maxProperties",
     "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems",
     "unevaluatedProperties", "$dynamicRef", "$recursiveRef",
 })
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
 ARRAY_KEYS = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems",
-                        "uniqueItems"})
+                        "uniqueItems", "contains", "minContains", "maxContains"})
 OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties"})
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 # Keywords whose meaning depends on a sibling: merged only when they come from one part.
 _COUPLED = (frozenset({"properties", "additionalProperties"}),
-            frozenset({"items", "prefixItems", "additionalItems"}))
-_STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
-                         *NUMBER_BOUNDS, *STRING_KEYS, *ARRAY_KEYS, *OBJECT_KEYS, *REFUSED})
+            frozenset({"items", "prefixItems", "additionalItems", "contains", "minContains",
+                       "maxContains"}),
+            frozenset(CONDITIONAL))
+_STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
+                         *CONDITIONAL, *NUMBER_BOUNDS, *STRING_KEYS, *ARRAY_KEYS,
+                         *OBJECT_KEYS, *REFUSED, *INTERNAL})
+# allOf parts that bound one keyword differently merge to the tighter bound.
+_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems"})
+_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems"})
 
 _JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
 # One decoded character, for counted lengths: a \u escape of a surrogate only as a pair.
@@ -82,6 +96,7 @@ _COUNTED_CHAR = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
 STRING = f'"{_JSON_CHAR}*"'
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
+NON_INTEGER_NUMBER = r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"  # written without an exponent
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"  # RFC 1034's 63-byte limit not counted
 _DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
@@ -237,6 +252,8 @@ class _Compiler:
                 rule = self.value(target, f"{where}/$ref", depth + 1)
                 return [rule] if rule else []
             return self.merged_alternatives(self.merge([target, rest], where), where, depth)
+        if "not" in node or any(k in node for k in CONDITIONAL):
+            return self.merged_alternatives(self.logic(node, where), where, depth)
         if "allOf" in node:
             parts = node["allOf"]
             if not isinstance(parts, list) or not parts:
@@ -273,10 +290,31 @@ class _Compiler:
         rules = [self.value(b, w, depth + 1) for b, w in branches]
         return [r for r in rules if r is not None]
 
+    def logic(self, node: dict, where: str) -> Any:
+        """``node`` without ``if``/``then``/``else`` (a union) or ``not`` (its complement,
+        intersected with the rest)."""
+        if any(k in node for k in CONDITIONAL):
+            rewritten = conditional(node, _constraining_keyword, where)
+        else:
+            rest = {k: v for k, v in node.items() if k != "not"}
+            complement = negate(self.deref(node["not"], where), _constraining_keyword, where)
+            rewritten = self.merge([rest, complement], where)
+        self.keep.append(rewritten)
+        return rewritten
+
+    def deref(self, node: Any, where: str) -> Any:
+        """``node``, or what it refers to when it is a ``$ref`` alone."""
+        for _ in range(MAX_MERGE_DEPTH):
+            if not isinstance(node, dict) or "$ref" not in node or _constrains(
+                    {k: v for k, v in node.items() if k != "$ref"}):
+                return node
+            node = self.resolve(node["$ref"], node, where)
+        raise UnsupportedSchemaError(f"schema at {where} nests $ref too deeply")
+
     def merge(self, parts: list[Any], where: str) -> Any:
         """One schema equal to the conjunction of ``parts``, or refuse."""
         merged: dict = {}
-        origin: dict[str, int] = {}
+        origin: dict[str, set[int]] = {}
         for index, part in enumerate(parts):
             if part is True:
                 continue
@@ -293,6 +331,9 @@ class _Compiler:
                 return False
             if part is True:
                 continue
+            if any(k in part for k in CONDITIONAL):  # the part's own if/then/else
+                part = conditional(part, _constraining_keyword, where)
+                self.keep.append(part)
             if "$ref" in part or "allOf" in part:
                 part = self.flatten(part, where)
                 if part is False:
@@ -301,20 +342,18 @@ class _Compiler:
                 if not _constraining_keyword(keyword):
                     continue
                 if keyword not in merged:
-                    merged[keyword], origin[keyword] = value, index
-                elif keyword == "type":
-                    merged["type"] = _intersect_types(merged["type"], value)
-                elif keyword == "required":
-                    merged["required"] = list(dict.fromkeys([*merged["required"], *value]))
-                elif merged[keyword] != value:
-                    raise UnsupportedSchemaError(
-                        f"allOf at {where}: two parts both constrain {keyword!r}; "
-                        "their intersection is not supported")
+                    merged[keyword] = value
+                elif merged[keyword] == value:
+                    continue
+                else:
+                    merged[keyword] = _merge_keyword(keyword, merged[keyword], value, where)
+                origin.setdefault(keyword, set()).add(index)
         for group in _COUPLED:
-            sources = {origin[k] for k in group if k in origin}
-            if len(sources) > 1:
+            present = group & set(origin)
+            sources = set().union(*(origin[k] for k in present))
+            if len(present) > 1 and len(sources) > 1:
                 raise UnsupportedSchemaError(
-                    f"allOf at {where}: {sorted(group & set(origin))} come from different "
+                    f"allOf at {where}: {sorted(present)} come from different "
                     "parts; their intersection is not supported")
         if merged.get("type") == []:
             return False
@@ -350,6 +389,8 @@ class _Compiler:
         return self.rule(['"true"', '"false"'])
 
     def type_integer(self, node, where):
+        if node.get(NON_INTEGER):
+            return None
         lo, hi = _integer_bounds(node, where)
         if lo is not None and hi is not None and lo > hi:
             return None
@@ -357,12 +398,22 @@ class _Compiler:
         return self.terminal(regex)
 
     def type_number(self, node, where):
+        if node.get(NON_INTEGER):
+            if any(k in node for k in NUMBER_BOUNDS):
+                raise UnsupportedSchemaError(
+                    f"bounds on the complement of integers at {where} are not supported")
+            return self.terminal(NON_INTEGER_NUMBER)
         if not any(k in node for k in NUMBER_BOUNDS):
             return self.terminal(NUMBER)
         regex = number_range_regex(*_number_bounds(node, where))
         return None if regex is None else self.terminal(regex)
 
     def type_string(self, node, where):
+        if NOT_IN in node:
+            if STRING_KEYS & set(node):
+                raise UnsupportedSchemaError(
+                    f"string keywords on the complement of an enum at {where} are not supported")
+            return self.terminal(_string_except(node[NOT_IN]))
         present = set(STRING_KEYS & set(node))
         fmt = node.get("format")
         if fmt is not None and fmt not in FORMATS:
@@ -390,6 +441,8 @@ class _Compiler:
     def type_array(self, node, where):
         if node.get("uniqueItems") not in (None, False):
             raise UnsupportedSchemaError(f"uniqueItems at {where} is not supported")
+        if "contains" in node:
+            return self.array_contains(node, where)
         prefix, rest = _array_shape(node, where)
         prefix_rules = []
         for i, sub in enumerate(prefix):
@@ -429,6 +482,48 @@ class _Compiler:
             return self.rule(["LSQB RSQB"])
         body = seq(0)
         return self.rule([f"LSQB {body} RSQB" if lo > 0 else f"LSQB [{body}] RSQB"])
+
+    def array_contains(self, node: dict, where: str) -> str | None:
+        """Arrays whose items all match ``items`` and between ``minContains`` and
+        ``maxContains`` of them ``contains``: each item is a hit (``items`` and
+        ``contains``) or a miss (``items`` and not ``contains``), and the rules count the
+        hits so far, up to the count past which more change nothing."""
+        if {"prefixItems", "minItems", "maxItems"} & set(node) or isinstance(
+                node.get("items"), list):
+            raise UnsupportedSchemaError(
+                f"contains with prefixItems/minItems/maxItems at {where} is not supported")
+        items = node.get("items", True)
+        wanted = self.deref(node["contains"], where)
+        low = 1 if self.legacy else _count(node, "minContains", where, 1)
+        high = None if self.legacy else _count(node, "maxContains", where, None)
+        if high is not None and low > high:
+            return None
+        unwanted = negate(wanted, _constraining_keyword, where)
+        hit = self.value(self.merge([items, wanted], where), f"{where}/contains")
+        miss = self.value(self.merge([items, unwanted], where), f"{where}/contains")
+        cap = high if high is not None else low  # more hits than cap: the same as cap
+        names = [self.new_name() for _ in range(cap + 1)]
+
+        def alive(c: int) -> bool:  # another item may follow c hits
+            return miss is not None or hit is not None and (high is None or c < high)
+
+        def then(c: int) -> str | None:  # after an item, with c hits so far
+            if not alive(c):
+                return "" if c >= low else None
+            return f" [COMMA {names[c]}]" if c >= low else f" COMMA {names[c]}"
+
+        for c in range(cap + 1):
+            options = []
+            if hit is not None and (high is None or c < high) and then(min(c + 1, cap)) is not None:
+                options.append(hit + then(min(c + 1, cap)))
+            if miss is not None and then(c) is not None:
+                options.append(miss + then(c))
+            if options:
+                self.rule(options, names[c])
+        empty = ["LSQB RSQB"] if low == 0 else []
+        if names[0] not in self.rules:
+            return self.rule(empty) if empty else None
+        return self.rule([f"LSQB {names[0]} RSQB", *empty])
 
     def type_object(self, node, where):
         properties = node.get("properties", {})
@@ -509,12 +604,14 @@ class _Compiler:
             raise ConstraintError(f"enum at {where} must be an array")
         if "const" in node and "enum" in node:
             values = [v for v in values if any(_json_equal(v, e) for e in node["enum"])]
-        others = set(node) & (_STRUCTURAL - {"type", "enum", "const"})
+        others = set(node) & (_STRUCTURAL - {"type", "enum", "const"} - EVALUATED)
         if others:
             raise UnsupportedSchemaError(
                 f"enum/const together with {sorted(others)} at {where} are not supported")
         regexes = []
         for value in values:
+            if not satisfies(value, node):
+                continue
             if _json_type(value) in types or (_json_type(value) == "integer"
                                               and "number" in types):
                 regexes.append(_value_regex(value))
@@ -537,6 +634,27 @@ def _lark_regex(regex: str) -> str:
 
 def _pointer_escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
+
+
+def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
+    """The conjunction of two values of ``keyword`` (from different allOf parts)."""
+    if keyword == "type":
+        return _intersect_types(a, b)
+    if keyword == "required":
+        return list(dict.fromkeys([*a, *b]))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    if keyword in _LOWER_BOUNDS and numeric:
+        return max(a, b)
+    if keyword in _UPPER_BOUNDS and numeric:
+        return min(a, b)
+    if keyword == "properties" and isinstance(a, dict) and isinstance(b, dict):
+        both = dict(a)
+        for name, sub in b.items():
+            both[name] = {"allOf": [both[name], sub]} if name in both else sub
+        return both
+    raise UnsupportedSchemaError(
+        f"allOf at {where}: two parts both constrain {keyword!r}; "
+        "their intersection is not supported")
 
 
 def _constraining_keyword(keyword: str) -> bool:

@@ -1,0 +1,40 @@
+"""Checking ``enum``/``const`` values against the keywords beside them.
+
+``enum`` beside other keywords accepts the values that satisfy them all; those
+keywords are evaluated here on each value (numbers by value, string lengths in code
+points, as the specification says). Keywords not listed are refused by the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdec.structured.schema_not import NON_INTEGER, NOT_IN
+
+_NUMBER_CHECKS = {
+    "minimum": lambda x, b: x >= b,
+    "exclusiveMinimum": lambda x, b: x > b,
+    "maximum": lambda x, b: x <= b,
+    "exclusiveMaximum": lambda x, b: x < b,
+}
+_SIZE_CHECKS = {"minLength": (str, min), "maxLength": (str, max),
+                "minItems": (list, min), "maxItems": (list, max)}
+EVALUATED = frozenset({*_NUMBER_CHECKS, *_SIZE_CHECKS, NON_INTEGER, NOT_IN})
+
+
+def satisfies(value: Any, node: dict) -> bool:
+    """Whether ``value`` passes every keyword of ``node`` in :data:`EVALUATED`."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    for keyword, check in _NUMBER_CHECKS.items():
+        bound = node.get(keyword)
+        if number and isinstance(bound, (int, float)) and not isinstance(bound, bool) \
+                and not check(value, bound):
+            return False
+    for keyword, (kind, side) in _SIZE_CHECKS.items():
+        if keyword in node and isinstance(value, kind):
+            size = len(value)
+            if side is min and size < node[keyword] or side is max and size > node[keyword]:
+                return False
+    if node.get(NON_INTEGER) and number and float(value).is_integer():
+        return False
+    return not (isinstance(value, str) and value in node.get(NOT_IN, ()))

@@ -1,0 +1,68 @@
+"""Validation keywords enforced by rewriting (``not``, ``if``/``then``/``else``,
+``contains``, merged ``allOf`` bounds...): valid texts accepted, invalid ones rejected
+by the compiled matcher, and what stays refused is refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.structured.errors import UnsupportedSchemaError
+from specdec.structured.json_schema import schema_to_lark
+
+CASES = [
+    # schema, accepted texts, rejected texts
+    ({"not": {"type": "integer"}}, ["1.5", '"a"', "null", "[]", "{}", "true"],
+     ["1", "-3", "0"]),
+    ({"not": {"type": ["integer", "boolean"]}}, ["1.5", '"x"'], ["true", "1"]),
+    ({"not": {"const": 5}}, ["4", "6", "5.5", '"5"', "[5]"], ["5", "5.0"]),
+    ({"type": "string", "not": {"enum": ["a", "b"]}}, ['"c"', '"ab"', '""'],
+     ['"a"', '"b"', "1"]),
+    ({"type": "integer", "not": {"minimum": 3}}, ["2", "-5"], ["3", "10", "1.5"]),
+    ({"type": "string", "not": {"maxLength": 2}}, ['"abc"'], ['"ab"', '""']),
+    ({"not": {"type": "object", "properties": {"foo": {"type": "string"}}}},
+     ['{"foo":1}', "1", '"x"'], ['{"foo":"x"}', "{}"]),
+    ({"properties": {"foo": {"not": {}}, "bar": {}}}, ['{"bar":1}', "{}"], ['{"foo":1}']),
+    ({"not": {"not": {"type": "string"}}}, ['"x"'], ["1", "null"]),
+    ({"if": {"exclusiveMaximum": 0}, "then": {"minimum": -10}, "else": {"maximum": 100}},
+     ["-5", "50", "0", '"x"'], ["-11", "101"]),
+    ({"if": {"const": 1}, "then": False}, ["2", '"a"'], ["1"]),
+    ({"if": {"type": "string"}, "else": {"type": "integer"}}, ['"a"', "3"], ["1.5", "null"]),
+    ({"if": {"const": 0}}, ["0", '"x"'], []),  # if alone constrains nothing
+    ({"contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     ["[1,1]", "[1,2,1,1]", '["x",1,1]', "{}"], ["[1]", "[1,1,1,1]", "[2,3]", "[]"]),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 5}},
+     ["[1,5]", "[7]"], ["[1,2]", '[5,"a"]', "[]"]),
+    ({"contains": {"type": "null"}, "minContains": 0, "maxContains": 0},
+     ["[]", "[1,2]"], ["[null]", "[1,null]"]),
+    ({"type": "integer", "allOf": [{"minimum": 2}, {"minimum": 5, "maximum": 9}]},
+     ["5", "9"], ["3", "10"]),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}},
+                {"properties": {"b": {"type": "string"}, "a": {"minimum": 0}}}]},
+     ['{"a":1,"b":"x"}', '{"b":"y"}'], ['{"a":-1}', '{"b":2}']),
+    ({"type": "integer", "enum": [1, 5, 9], "minimum": 4}, ["5", "9"], ["1", "4"]),
+]
+
+
+@pytest.mark.parametrize(("schema", "good", "bad"), CASES,
+                         ids=[json.dumps(c[0])[:60] for c in CASES])
+def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
+    compiled = compile_for(json_schema=schema)
+    for text in good:
+        assert accepts(compiled, text), f"valid {text!r} rejected"
+    for text in bad:
+        assert not accepts(compiled, text), f"invalid {text!r} accepted"
+
+
+@pytest.mark.parametrize(("schema", "keyword"), [
+    ({"not": {"pattern": "^a"}}, "pattern"),
+    ({"not": {"required": ["a"]}}, "required"),
+    ({"not": {"enum": [[1]]}}, "array"),
+    ({"contains": {"type": "null"}, "minItems": 2}, "contains"),
+    ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
+                {"properties": {"b": {}}}]}, "additionalProperties"),
+])
+def test_inexpressible_combinations_are_refused_by_name(schema, keyword):
+    with pytest.raises(UnsupportedSchemaError, match=keyword):
+        schema_to_lark(schema)
