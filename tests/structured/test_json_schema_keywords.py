@@ -42,6 +42,14 @@ CASES = [
                 {"properties": {"b": {"type": "string"}, "a": {"minimum": 0}}}]},
      ['{"a":1,"b":"x"}', '{"b":"y"}'], ['{"a":-1}', '{"b":2}']),
     ({"type": "integer", "enum": [1, 5, 9], "minimum": 4}, ["5", "9"], ["1", "4"]),
+    ({"type": "integer", "multipleOf": 3}, ["0", "3", "-9", "123", "1000002"],
+     ["1", "-4", "10", "1000001"]),
+    ({"type": "integer", "multipleOf": 4, "exclusiveMinimum": 0}, ["4", "100"],
+     ["0", "-4", "6"]),
+    ({"type": "number", "multipleOf": 0.01}, ["1.25", "3", "0.1", "1.500", "-2.5"],
+     ["1.251", "0.001"]),
+    ({"multipleOf": 1.5}, ["3", "-6", '"x"'], ["1", "4.6"]),
+    ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
 ]
 
 
@@ -60,6 +68,9 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
     ({"not": {"required": ["a"]}}, "required"),
     ({"not": {"enum": [[1]]}}, "array"),
     ({"contains": {"type": "null"}, "minItems": 2}, "contains"),
+    ({"type": "integer", "multipleOf": 3, "minimum": 5}, "multipleOf"),
+    ({"type": "integer", "multipleOf": 1000}, "multipleOf"),
+    ({"not": {"multipleOf": 2}}, "multipleOf"),
     ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
                 {"properties": {"b": {}}}]}, "additionalProperties"),
 ])

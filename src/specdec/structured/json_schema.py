@@ -48,6 +48,12 @@ from typing import Any
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.int_range import int_range_regex, number_range_regex
 from specdec.structured.json_pattern import pattern_to_json_regex
+from specdec.structured.schema_multiple import (
+    decimal_places,
+    decimal_regex,
+    integer_multiples,
+    multiple_of,
+)
 from specdec.structured.schema_not import (
     CONDITIONAL,
     INTERNAL,
@@ -66,11 +72,12 @@ MAX_STRING_LENGTH_BOUND = 2048  # minLength / maxLength counted in the lexer's a
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
 REFUSED = frozenset({
-    "multipleOf", "patternProperties", "propertyNames", "minProperties", "maxProperties",
+    "patternProperties", "propertyNames", "minProperties", "maxProperties",
     "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems",
     "unevaluatedProperties", "$dynamicRef", "$recursiveRef",
 })
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+NUMBER_KEYS = frozenset({*NUMBER_BOUNDS, "multipleOf"})
 STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
 ARRAY_KEYS = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                         "uniqueItems", "contains", "minContains", "maxContains"})
@@ -82,7 +89,7 @@ _COUPLED = (frozenset({"properties", "additionalProperties"}),
                        "maxContains"}),
             frozenset(CONDITIONAL))
 _STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
-                         *CONDITIONAL, *NUMBER_BOUNDS, *STRING_KEYS, *ARRAY_KEYS,
+                         *CONDITIONAL, *NUMBER_KEYS, *STRING_KEYS, *ARRAY_KEYS,
                          *OBJECT_KEYS, *REFUSED, *INTERNAL})
 # allOf parts that bound one keyword differently merge to the tighter bound.
 _LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems"})
@@ -394,6 +401,9 @@ class _Compiler:
         lo, hi = _integer_bounds(node, where)
         if lo is not None and hi is not None and lo > hi:
             return None
+        step = multiple_of(node, where)
+        if step is not None and step.numerator > 1:
+            return self.multiples(step.numerator, lo, hi, where)
         regex = INTEGER if lo is None and hi is None else int_range_regex(lo, hi)
         return self.terminal(regex)
 
@@ -403,10 +413,27 @@ class _Compiler:
                 raise UnsupportedSchemaError(
                     f"bounds on the complement of integers at {where} are not supported")
             return self.terminal(NON_INTEGER_NUMBER)
+        step = multiple_of(node, where)
+        if step is not None:
+            places = decimal_places(step)
+            if not places:  # integer multiples (a generation-time restriction)
+                return self.type_integer(node, where)
+            if any(k in node for k in NUMBER_BOUNDS):
+                raise UnsupportedSchemaError(
+                    f"multipleOf {node['multipleOf']} with bounds at {where} is not supported")
+            return self.terminal(decimal_regex(places, where))
         if not any(k in node for k in NUMBER_BOUNDS):
             return self.terminal(NUMBER)
         regex = number_range_regex(*_number_bounds(node, where))
         return None if regex is None else self.terminal(regex)
+
+    def multiples(self, p: int, lo: int | None, hi: int | None, where: str) -> str:
+        """Integer multiples of ``p`` between ``lo`` and ``hi``: bounds only at 0."""
+        if lo not in (None, 0, 1) or hi not in (None, 0, -1):
+            raise UnsupportedSchemaError(
+                f"multipleOf with bounds other than 0 at {where} is not supported")
+        signs = (lo is None, lo in (None, 0) and hi in (None, 0), hi is None)
+        return self.rule(integer_multiples(p, self.rule, where, signs))
 
     def type_string(self, node, where):
         if NOT_IN in node:

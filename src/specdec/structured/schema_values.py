@@ -7,8 +7,10 @@ points, as the specification says). Keywords not listed are refused by the calle
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
+from specdec.structured.schema_multiple import is_multiple
 from specdec.structured.schema_not import NON_INTEGER, NOT_IN
 
 _NUMBER_CHECKS = {
@@ -19,7 +21,7 @@ _NUMBER_CHECKS = {
 }
 _SIZE_CHECKS = {"minLength": (str, min), "maxLength": (str, max),
                 "minItems": (list, min), "maxItems": (list, max)}
-EVALUATED = frozenset({*_NUMBER_CHECKS, *_SIZE_CHECKS, NON_INTEGER, NOT_IN})
+EVALUATED = frozenset({*_NUMBER_CHECKS, *_SIZE_CHECKS, NON_INTEGER, NOT_IN, "multipleOf"})
 
 
 def satisfies(value: Any, node: dict) -> bool:
@@ -36,5 +38,9 @@ def satisfies(value: Any, node: dict) -> bool:
             if side is min and size < node[keyword] or side is max and size > node[keyword]:
                 return False
     if node.get(NON_INTEGER) and number and float(value).is_integer():
+        return False
+    step = node.get("multipleOf")
+    if number and isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0 \
+            and not is_multiple(value, Fraction(str(step))):
         return False
     return not (isinstance(value, str) and value in node.get(NOT_IN, ()))

@@ -1,0 +1,83 @@
+"""``multipleOf`` as a grammar: the integers that are multiples of ``p`` read digit by
+digit, the rule per residue of the digits so far modulo ``p`` (``n*10 + d`` mod ``p``
+after digit ``d``), the number ending where the residue is 0.
+
+``multipleOf: p/q`` (in lowest terms) accepts every integer multiple of ``p``: those are
+generated (a number's fraction is dropped, a generation-time restriction), except for
+``multipleOf: 10^-d`` on numbers, which is exactly the numbers written with at most
+``d`` fraction digits (then zeros).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
+
+MAX_MODULUS = 256  # rules for residues up to this many; larger multiples are refused
+MAX_FRACTION_DIGITS = 64
+DIGITS = [f'"{d}"' for d in range(10)]  # one Lark string terminal per digit
+
+
+def multiple_of(node: dict, where: str) -> Fraction | None:
+    """``multipleOf`` of ``node`` as an exact fraction (its decimal spelling), or None."""
+    if "multipleOf" not in node:
+        return None
+    value = node["multipleOf"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConstraintError(f"multipleOf at {where} must be a positive number")
+    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
+
+
+def decimal_places(step: Fraction) -> int | None:
+    """d when ``step`` is 10^-d (d >= 0), else None."""
+    if step.numerator != 1:
+        return None
+    d, q = 0, step.denominator
+    while q % 10 == 0:
+        q, d = q // 10, d + 1
+    return d if q == 1 else None
+
+
+def integer_multiples(p: int, rule: Callable[[list[str], str | None], str], where: str,
+                      signs: tuple[bool, bool, bool] = (True, True, True)) -> list[str]:
+    """Alternatives of a rule matching the JSON integers that are multiples of ``p``
+    (``rule(alternatives, name)`` makes rules); ``signs``: negative, zero, positive ones
+    allowed."""
+    if p > MAX_MODULUS:
+        raise UnsupportedSchemaError(
+            f"multipleOf at {where}: multiples of {p} (above {MAX_MODULUS}) are not supported")
+    names: dict[int, str] = {}
+
+    def rest(r: int) -> str:  # the digits after a prefix of residue r, ending at residue 0
+        if r not in names:
+            names[r] = rule([], None)
+            options = []
+            for d in range(10):
+                t = (10 * r + d) % p
+                options.append(f"{DIGITS[d]} [{rest(0)}]" if t == 0 else f"{DIGITS[d]} {rest(t)}")
+            rule(options, names[r])
+        return names[r]
+
+    starts = []
+    for d in range(1, 10):
+        r = d % p
+        starts.append(f"{DIGITS[d]} [{rest(0)}]" if r == 0 else f"{DIGITS[d]} {rest(r)}")
+    magnitude = rule(starts, None)
+    negative, zero, positive = signs
+    return [alt for alt, allowed in ((f'"-" {magnitude}', negative), (DIGITS[0], zero),
+                                     (magnitude, positive)) if allowed]
+
+
+def decimal_regex(places: int, where: str) -> str:
+    """JSON numbers written with at most ``places`` fraction digits (then zeros)."""
+    if places > MAX_FRACTION_DIGITS:
+        raise UnsupportedSchemaError(f"multipleOf at {where}: too many decimal places")
+    fraction = rf"(?:\.[0-9]{{1,{places}}}0*)?" if places else r"(?:\.0+)?"
+    return rf"-?(?:0|[1-9][0-9]*){fraction}"
+
+
+def is_multiple(value: Any, step: Fraction) -> bool:
+    return (Fraction(str(value)) if isinstance(value, float) else Fraction(value)) % step == 0
