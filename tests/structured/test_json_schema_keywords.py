@@ -50,6 +50,17 @@ CASES = [
      ["1.251", "0.001"]),
     ({"multipleOf": 1.5}, ["3", "-6", '"x"'], ["1", "4.6"]),
     ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
+    ({"properties": {"foo": {"type": "string"}}, "unevaluatedProperties": False},
+     ['{"foo":"x"}', "{}", "1"], ['{"foo":"x","bar":1}', '{"bar":1}']),
+    ({"properties": {"foo": {"type": "string"}}, "allOf": [{"properties": {"bar": {}}}],
+      "unevaluatedProperties": {"type": "integer"}},
+     ['{"foo":"x","bar":[1],"baz":2}', '{"baz":3}'], ['{"foo":"x","baz":"y"}']),
+    ({"$defs": {"b": {"properties": {"bar": {"type": "string"}}}}, "$ref": "#/$defs/b",
+      "properties": {"foo": {"type": "string"}}, "unevaluatedProperties": False},
+     ['{"foo":"x","bar":"y"}'], ['{"foo":"x","bar":"y","baz":1}']),
+    ({"prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, {"type": "number"}]}],
+      "unevaluatedItems": False}, ['["a",1]', '["a"]', "[]"], ['["a",1,2]', '[1]', '["a","b"]']),
+    ({"items": {"type": "string"}, "unevaluatedItems": False}, ['["a","b"]'], ["[1]"]),
 ]
 
 
@@ -71,6 +82,10 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
     ({"type": "integer", "multipleOf": 3, "minimum": 5}, "multipleOf"),
     ({"type": "integer", "multipleOf": 1000}, "multipleOf"),
     ({"not": {"multipleOf": 2}}, "multipleOf"),
+    ({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
+      "unevaluatedProperties": False}, "anyOf"),
+    ({"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
+     "contains"),
     ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
                 {"properties": {"b": {}}}]}, "additionalProperties"),
 ])

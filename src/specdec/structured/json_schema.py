@@ -63,6 +63,7 @@ from specdec.structured.schema_not import (
     negate,
 )
 from specdec.structured.schema_refs import SchemaIndex, is_legacy_draft
+from specdec.structured.schema_unevaluated import ALL, evaluated, lowered
 from specdec.structured.schema_values import EVALUATED, satisfies
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
@@ -73,11 +74,11 @@ MAX_STRING_LENGTH_BOUND = 2048  # minLength / maxLength counted in the lexer's a
 # Validation keywords this compiler does not enforce: refused, never ignored.
 REFUSED = frozenset({
     "patternProperties", "propertyNames", "minProperties", "maxProperties",
-    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems",
-    "unevaluatedProperties", "$dynamicRef", "$recursiveRef",
+    "dependentRequired", "dependentSchemas", "dependencies", "$dynamicRef", "$recursiveRef",
 })
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 NUMBER_KEYS = frozenset({*NUMBER_BOUNDS, "multipleOf"})
+UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
 ARRAY_KEYS = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                         "uniqueItems", "contains", "minContains", "maxContains"})
@@ -90,7 +91,7 @@ _COUPLED = (frozenset({"properties", "additionalProperties"}),
             frozenset(CONDITIONAL))
 _STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
                          *CONDITIONAL, *NUMBER_KEYS, *STRING_KEYS, *ARRAY_KEYS,
-                         *OBJECT_KEYS, *REFUSED, *INTERNAL})
+                         *OBJECT_KEYS, *UNEVALUATED, *REFUSED, *INTERNAL})
 # allOf parts that bound one keyword differently merge to the tighter bound.
 _LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems"})
 _UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems"})
@@ -252,6 +253,8 @@ class _Compiler:
                     f"JSON schema keyword {keyword!r} at {where} is not supported")
         if depth > MAX_MERGE_DEPTH:
             raise UnsupportedSchemaError(f"schema at {where} nests $ref/allOf too deeply")
+        if any(k in node for k in UNEVALUATED):
+            return self.merged_alternatives(self.lower(node, where), where, depth)
         if "$ref" in node:
             target = self.resolve(node["$ref"], node, where)
             rest = {k: v for k, v in node.items() if k != "$ref" and not self.legacy}
@@ -297,6 +300,26 @@ class _Compiler:
         rules = [self.value(b, w, depth + 1) for b, w in branches]
         return [r for r in rules if r is not None]
 
+    def lower(self, node: dict, where: str) -> Any:
+        """``node`` with ``unevaluated*`` as ``additionalProperties``/``items`` (see
+        :mod:`schema_unevaluated`), or without them where everything is evaluated."""
+        for keyword in UNEVALUATED:
+            if keyword not in node:
+                continue
+            extra = node[keyword]
+            node = {k: v for k, v in node.items() if k != keyword}
+            if extra is not False and not _constrains(extra):
+                continue
+            found = evaluated(keyword, node, lambda n: self.resolve(n["$ref"], n, where), where)
+            if found is ALL:
+                continue
+            merged = self.merge([node], where)
+            if merged is False:
+                return False
+            node = lowered(keyword, merged, found, extra)
+        self.keep.append(node)
+        return node
+
     def logic(self, node: dict, where: str) -> Any:
         """``node`` without ``if``/``then``/``else`` (a union) or ``not`` (its complement,
         intersected with the rest)."""
@@ -338,6 +361,10 @@ class _Compiler:
                 return False
             if part is True:
                 continue
+            if any(k in part for k in UNEVALUATED):
+                part = self.lower(part, where)
+                if part is False:
+                    return False
             if any(k in part for k in CONDITIONAL):  # the part's own if/then/else
                 part = conditional(part, _constraining_keyword, where)
                 self.keep.append(part)
@@ -674,6 +701,10 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
         return max(a, b)
     if keyword in _UPPER_BOUNDS and numeric:
         return min(a, b)
+    if keyword == "prefixItems" and isinstance(a, list) and isinstance(b, list):
+        longer, shorter = (a, b) if len(a) >= len(b) else (b, a)
+        return [{"allOf": [x, shorter[i]]} if i < len(shorter) else x
+                for i, x in enumerate(longer)]
     if keyword == "properties" and isinstance(a, dict) and isinstance(b, dict):
         both = dict(a)
         for name, sub in b.items():
