@@ -61,6 +61,28 @@ CASES = [
     ({"prefixItems": [{"type": "string"}], "allOf": [{"prefixItems": [True, {"type": "number"}]}],
       "unevaluatedItems": False}, ['["a",1]', '["a"]', "[]"], ['["a",1,2]', '[1]', '["a","b"]']),
     ({"items": {"type": "string"}, "unevaluatedItems": False}, ['["a","b"]'], ["[1]"]),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}},
+                {"additionalProperties": {"minimum": 0}}]},
+     ['{"a":1}', "{}"], ['{"a":-1}', '{"a":"x"}']),
+    ({"propertyNames": {"maxLength": 3}}, ['{"abc":1,"x":[]}', "{}", "1"], ['{"abcd":1}']),
+    ({"propertyNames": {"pattern": "^a+$"}}, ['{"aa":1}'], ['{"ab":1}', '{"":1}']),
+    ({"propertyNames": {"enum": ["foo", "bar"]}}, ['{"foo":1,"bar":2}', "{}"],
+     ['{"baz":1}']),
+    ({"propertyNames": False}, ["{}", "[]"], ['{"a":1}']),
+    ({"properties": {"ab": {}, "abcd": {}}, "propertyNames": {"maxLength": 3}},
+     ['{"ab":1}'], ['{"abcd":1}']),
+    ({"minProperties": 2}, ['{"a":1,"b":2}', '{"a":1,"b":2,"c":3}', "[]"],
+     ["{}", '{"a":1}']),
+    ({"maxProperties": 2}, ["{}", '{"a":1,"b":2}'], ['{"a":1,"b":2,"c":3}']),
+    ({"properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 1, "maxProperties": 2},
+     ['{"a":1}', '{"b":1,"c":2}'], ["{}", '{"a":1,"b":2,"c":3}']),
+    ({"dependentRequired": {"bar": ["foo"]}}, ['{"foo":1,"bar":2}', '{"foo":1}', '{"x":1}'],
+     ['{"bar":2}', '{"bar":2,"x":1}']),
+    ({"properties": {"a": {}, "b": {}}, "dependentRequired": {"b": ["a"]}},
+     ['{"a":1,"b":2}', '{"a":1}', "{}"], ['{"b":2}']),
+    ({"required": ["foo"]}, ['{"foo":1}', '{"foo":1,"x":2}'], ["{}", '{"x":2}']),
+    ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
+                {"properties": {"b": {}}}]}, ['{"a":1}', "{}"], ['{"b":1}', '{"a":1,"b":2}']),
 ]
 
 
@@ -86,8 +108,11 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
       "unevaluatedProperties": False}, "anyOf"),
     ({"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
      "contains"),
-    ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
-                {"properties": {"b": {}}}]}, "additionalProperties"),
+    ({"properties": {"a": {}}, "additionalProperties": True,
+      "propertyNames": {"maxLength": 3}}, "propertyNames"),
+    ({"propertyNames": {"anyOf": [{"maxLength": 2}]}}, "propertyNames"),
+    ({"minProperties": 65}, "minProperties"),
+    ({"dependencies": {"a": {"required": ["b"]}}}, "dependencies"),
 ])
 def test_inexpressible_combinations_are_refused_by_name(schema, keyword):
     with pytest.raises(UnsupportedSchemaError, match=keyword):

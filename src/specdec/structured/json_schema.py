@@ -47,7 +47,6 @@ from typing import Any
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.int_range import int_range_regex, number_range_regex
-from specdec.structured.json_pattern import pattern_to_json_regex
 from specdec.structured.schema_multiple import (
     decimal_places,
     decimal_regex,
@@ -58,68 +57,55 @@ from specdec.structured.schema_not import (
     CONDITIONAL,
     INTERNAL,
     NON_INTEGER,
-    NOT_IN,
     conditional,
     negate,
 )
+from specdec.structured.schema_object import ObjectRules
 from specdec.structured.schema_refs import SchemaIndex, is_legacy_draft
+from specdec.structured.schema_strings import (  # noqa: F401 - FORMATS, _COUNTED_CHAR re-exported
+    _COUNTED_CHAR,
+    FORMATS,
+    STRING,
+    STRING_KEYS,
+    string_except,
+    string_regex,
+)
+from specdec.structured.schema_strings import count as _count
 from specdec.structured.schema_unevaluated import ALL, evaluated, lowered
 from specdec.structured.schema_values import EVALUATED, satisfies
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
 MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
 MAX_MERGE_DEPTH = 32
-MAX_STRING_LENGTH_BOUND = 2048  # minLength / maxLength counted in the lexer's automaton
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
-REFUSED = frozenset({
-    "patternProperties", "propertyNames", "minProperties", "maxProperties",
-    "dependentRequired", "dependentSchemas", "dependencies", "$dynamicRef", "$recursiveRef",
-})
+REFUSED = frozenset({"patternProperties", "dependentSchemas", "$dynamicRef", "$recursiveRef"})
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 NUMBER_KEYS = frozenset({*NUMBER_BOUNDS, "multipleOf"})
 UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
-STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
 ARRAY_KEYS = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                         "uniqueItems", "contains", "minContains", "maxContains"})
-OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties"})
+OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties", "propertyNames",
+                         "minProperties", "maxProperties", "dependentRequired",
+                         "dependencies"})
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 # Keywords whose meaning depends on a sibling: merged only when they come from one part.
-_COUPLED = (frozenset({"properties", "additionalProperties"}),
-            frozenset({"items", "prefixItems", "additionalItems", "contains", "minContains",
-                       "maxContains"}),
-            frozenset(CONDITIONAL))
+_COUPLED = (frozenset({"items", "additionalItems"}), frozenset(CONDITIONAL))
+# Keyword pairs merged position by position across allOf parts (see _merge_shapes).
+_SHAPES = {"object": ("properties", "additionalProperties"), "array": ("prefixItems", "items")}
+_MISSING = object()
 _STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
                          *CONDITIONAL, *NUMBER_KEYS, *STRING_KEYS, *ARRAY_KEYS,
                          *OBJECT_KEYS, *UNEVALUATED, *REFUSED, *INTERNAL})
 # allOf parts that bound one keyword differently merge to the tighter bound.
-_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems"})
-_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems"})
+_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems",
+                           "minProperties"})
+_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems",
+                           "maxProperties"})
 
-_JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
-# One decoded character, for counted lengths: a \u escape of a surrogate only as a pair.
-_COUNTED_CHAR = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
-                 r'|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})'
-                 r'|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})')
-STRING = f'"{_JSON_CHAR}*"'
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
 NON_INTEGER_NUMBER = r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"  # written without an exponent
-_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"  # RFC 1034's 63-byte limit not counted
-_DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
-         r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
-FORMATS = {
-    "date": _DATE,
-    "time": _TIME,
-    "date-time": f"{_DATE}[Tt]{_TIME}",
-    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-    "email": r"[A-Za-z0-9._%+-]+@" + _LABEL + r"(?:\." + _LABEL + r")+",
-    "ipv4": rf"{_OCTET}(?:\.{_OCTET}){{3}}",
-    "hostname": _LABEL + r"(?:\." + _LABEL + r")*",
-    "uri": r"[A-Za-z][A-Za-z0-9+.-]*:(?:\\/|[A-Za-z0-9\-._~%!$&'()*+,;=:@?#\[\]])+",
-}
 
 
 def schema_to_dict(schema: Any) -> dict:
@@ -345,6 +331,7 @@ class _Compiler:
         """One schema equal to the conjunction of ``parts``, or refuse."""
         merged: dict = {}
         origin: dict[str, set[int]] = {}
+        shapes: dict[str, list[tuple[Any, Any]]] = {shape: [] for shape in _SHAPES}
         for index, part in enumerate(parts):
             if part is True:
                 continue
@@ -372,6 +359,12 @@ class _Compiler:
                 part = self.flatten(part, where)
                 if part is False:
                     return False
+            for shape, keys in _SHAPES.items():
+                if any(k in part for k in keys) and _shape_mergeable(part):
+                    shapes[shape].append(tuple(part.get(k, _MISSING) for k in keys))
+                    for key in keys & part.keys():
+                        origin.setdefault(key, set()).add(index)
+                    part = {k: v for k, v in part.items() if k not in keys}
             for keyword, value in part.items():
                 if not _constraining_keyword(keyword):
                     continue
@@ -382,6 +375,11 @@ class _Compiler:
                 else:
                     merged[keyword] = _merge_keyword(keyword, merged[keyword], value, where)
                 origin.setdefault(keyword, set()).add(index)
+        for shape, keys in _SHAPES.items():
+            if shapes[shape]:
+                for key, value in zip(keys, _merge_shapes(shapes[shape]), strict=True):
+                    if value is not _MISSING:
+                        merged[key] = value
         for group in _COUPLED:
             present = group & set(origin)
             sources = set().union(*(origin[k] for k in present))
@@ -463,34 +461,8 @@ class _Compiler:
         return self.rule(integer_multiples(p, self.rule, where, signs))
 
     def type_string(self, node, where):
-        if NOT_IN in node:
-            if STRING_KEYS & set(node):
-                raise UnsupportedSchemaError(
-                    f"string keywords on the complement of an enum at {where} are not supported")
-            return self.terminal(_string_except(node[NOT_IN]))
-        present = set(STRING_KEYS & set(node))
-        fmt = node.get("format")
-        if fmt is not None and fmt not in FORMATS:
-            present.discard("format")  # an unknown format is an annotation
-        if "pattern" in present and len(present) > 1 or "format" in present and len(present) > 1:
-            raise UnsupportedSchemaError(
-                f"{sorted(present)} together at {where} are not supported")
-        if "pattern" in present:
-            if not isinstance(node["pattern"], str):
-                raise ConstraintError(f"pattern at {where} must be a string")
-            return self.terminal(f'"{pattern_to_json_regex(node["pattern"], where)}"')
-        if "format" in present:
-            return self.terminal(f'"{FORMATS[fmt]}"')
-        lo = _count(node, "minLength", where, 0)
-        hi = _count(node, "maxLength", where, None)
-        if hi is not None and lo > hi:
-            return None
-        if lo == 0 and hi is None:
-            return self.terminal(STRING)
-        if max(lo, hi or 0) > MAX_STRING_LENGTH_BOUND:
-            raise UnsupportedSchemaError(
-                f"string length bounds above {MAX_STRING_LENGTH_BOUND} at {where}")
-        return self.terminal(f'"{_COUNTED_CHAR}{{{lo},{"" if hi is None else hi}}}"')
+        regex = string_regex(node, where)
+        return None if regex is None else self.terminal(regex)
 
     def type_array(self, node, where):
         if node.get("uniqueItems") not in (None, False):
@@ -579,75 +551,14 @@ class _Compiler:
             return self.rule(empty) if empty else None
         return self.rule([f"LSQB {names[0]} RSQB", *empty])
 
+    # ------------------------------------------------------------------ objects
+
     def type_object(self, node, where):
-        properties = node.get("properties", {})
-        if not isinstance(properties, dict):
-            raise ConstraintError(f"properties at {where} must be an object")
-        required = node.get("required", [])
-        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise ConstraintError(f"required at {where} must be an array of strings")
-        default_extra = {"open": True, "closed": False,
-                         "listed": "properties" not in node}[self.additional_properties]
-        extra = node.get("additionalProperties", default_extra)
-        members = []  # (key terminal, value rule, required)
-        for name, sub in properties.items():
-            rule = self.value(sub, f"{where}/properties/{_pointer_escape(name)}")
-            if rule is None:
-                if name in required:
-                    return None  # a required property that can have no value
-                continue
-            key = self.terminal(re.escape(json.dumps(name, ensure_ascii=False)))
-            members.append((key, rule, name in required))
-        extra_rule = self.value(extra, f"{where}/additionalProperties")
-        missing = [r for r in required if r not in properties]
-        if missing:
-            raise UnsupportedSchemaError(
-                f"required {missing} at {where} are not in properties")
-        extra_member = None
-        if extra_rule is not None:
-            key = self.terminal(_string_except(list(properties)))
-            extra_member = self.rule([f"{key} COLON {extra_rule}"])
+        return ObjectRules(self, node, where).build()
 
-        # rest(i, first): the non-empty member lists from member i on (None: there are
-        # none); first: nothing was written before them (no leading comma).
-        memo: dict[tuple[int, bool], str | None] = {}
-
-        def rest(i: int, first: bool) -> str | None:
-            if (i, first) in memo:
-                return memo[(i, first)]
-            sep = "" if first else "COMMA "
-            if i == len(members):
-                if extra_member is None:
-                    out = None
-                elif first:
-                    out = self.rule([f"{extra_member} (COMMA {extra_member})*"])
-                else:
-                    out = self.rule([f"(COMMA {extra_member})+"])
-                memo[(i, first)] = out
-                return out
-            key, value, needed = members[i]
-            after = rest(i + 1, False)
-            if after is None:
-                tail = ""
-            elif any(later for _, _, later in members[i + 1:]):
-                tail = f" {after}"  # a required member follows: the rest must be written
-            else:
-                tail = f" [{after}]"
-            present = f"{sep}{key} COLON {value}{tail}"
-            if needed:
-                out = self.rule([present])
-            else:
-                skip = rest(i + 1, first)
-                out = self.rule([present, skip] if skip else [present])
-            memo[(i, first)] = out
-            return out
-
-        body = rest(0, True)
-        if body is None:
-            return self.rule(["LBRACE RBRACE"])
-        if any(needed for _, _, needed in members):
-            return self.rule([f"LBRACE {body} RBRACE"])
-        return self.rule([f"LBRACE [{body}] RBRACE"])
+    @staticmethod
+    def is_keyword(keyword: str) -> bool:
+        return _constraining_keyword(keyword)
 
     def enum(self, node: dict, types: set[str], where: str) -> list[str]:
         if "const" in node:
@@ -677,6 +588,7 @@ class _Compiler:
         return self.refs.resolve(ref, holder, where)
 
 
+
 # ---------------------------------------------------------------------- helpers
 
 
@@ -688,6 +600,39 @@ def _lark_regex(regex: str) -> str:
 
 def _pointer_escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
+
+
+def _shape_mergeable(part: dict) -> bool:
+    """Whether ``part``'s properties/items merge position by position (draft 7 item
+    lists and ``additionalItems`` do not)."""
+    return not isinstance(part.get("items"), list) and "additionalItems" not in part
+
+
+def _merge_shapes(parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """The conjunction of (``properties``, ``additionalProperties``) pairs (or
+    (``prefixItems``, ``items``)): each name (position) takes its own schema from a part
+    that lists it and that part's schema for the rest from one that does not."""
+    if len(parts) == 1:
+        return parts[0]
+    listed = [named for named, _ in parts if named is not _MISSING]
+    by_name = isinstance(next(iter(listed), {}), dict)
+    keys = list(dict.fromkeys(k for named in listed for k in named)) if by_name else \
+        list(range(max((len(named) for named in listed), default=0)))
+
+    def both(schemas: list[Any]) -> Any:
+        schemas = [s for s in schemas if s is not True and s is not _MISSING]
+        return True if not schemas else schemas[0] if len(schemas) == 1 else {"allOf": schemas}
+
+    def own(named: Any, rest: Any, key: Any) -> Any:
+        if named is _MISSING:
+            return rest
+        return named[key] if (key in named if by_name else key < len(named)) else rest
+
+    merged_named = [both([own(named, rest, k) for named, rest in parts]) for k in keys]
+    rests = [rest for _, rest in parts if rest is not _MISSING]
+    return (_MISSING if not listed else dict(zip(keys, merged_named, strict=True))
+            if by_name else merged_named,
+            both(rests) if rests else _MISSING)
 
 
 def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
@@ -873,17 +818,6 @@ def _number_bounds(node: dict, where: str) -> tuple[int | None, int | None, bool
     return lo, hi, lo_open, hi_open
 
 
-def _count(node: dict, key: str, where: str, default: int | None) -> int | None:
-    if key not in node:
-        return default
-    value = node[key]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConstraintError(f"{key} at {where} must be a non-negative integer")
-    return value
-
-
 def _array_shape(node: dict, where: str) -> tuple[list[Any], Any]:
     """(schemas of the leading positions, schema of every later item)."""
     items = node.get("items", True)
@@ -895,27 +829,3 @@ def _array_shape(node: dict, where: str) -> tuple[list[Any], Any]:
     if isinstance(items, list):  # draft 7: items as a list, then additionalItems
         return items, node.get("additionalItems", True)
     return [], items
-
-
-def _string_except(names: list[str]) -> str:
-    """A JSON string spelled without escapes whose value is none of ``names``."""
-    plain = r'[^"\\\x00-\x1f]'
-    words = [n for n in names if all(c not in '"\\' and ord(c) >= 0x20 for c in n)]
-    if not words:
-        return f'"{plain}*"'
-    trie: dict = {}
-    for word in words:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-
-    def body(node: dict) -> str:
-        children = [c for c in node if c]
-        parts = [] if "" in node else [""]
-        others = "".join(re.escape(c) if c not in "]^-\\" else "\\" + c for c in children)
-        parts.append(f'[^"\\\\\\x00-\\x1f{others}]{plain}*' if others else f"{plain}+")
-        parts += [re.escape(c) + body(node[c]) for c in children]
-        return "(?:" + "|".join(parts) + ")"
-
-    return f'"{body(trie)}"'
