@@ -78,3 +78,14 @@ def test_wider_logits_than_tokenizer_are_masked(compiled):
     logits = torch.zeros(1, 49200)
     apply_token_bitmask_(logits, bitmask)
     assert torch.isinf(logits[0, 49152:]).all()
+
+
+def test_rollback_is_bounded_by_max_rollback_tokens(compiled, tokenizer):
+    matcher = compiled.matcher()
+    matcher.accept_tokens(tokenizer.encode(DOC, add_special_tokens=False))
+    matcher.max_rollback_tokens = 3
+    with pytest.raises(ValueError, match="at most 3"):
+        matcher.rollback(4)
+    matcher.rollback(3)
+    with pytest.raises(ValueError):
+        matcher.rollback(-1)

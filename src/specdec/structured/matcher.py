@@ -116,9 +116,10 @@ class StateStackMatcher(Matcher):
         return self.compiled.mask_for(self.states[-1])
 
     def rollback(self, num_tokens: int) -> None:
-        if not 0 <= num_tokens < len(self.states):
+        if not 0 <= num_tokens <= min(len(self.states) - 1, self.max_rollback_tokens):
             raise ValueError(
-                f"cannot roll back {num_tokens} tokens; {len(self.states) - 1} accepted"
+                f"cannot roll back {num_tokens} tokens; {len(self.states) - 1} accepted, "
+                f"at most {self.max_rollback_tokens} can be undone"
             )
         del self.states[len(self.states) - num_tokens :]
 
