@@ -238,8 +238,9 @@ class LLMEngine:
 
     def _output(self, req: Request) -> RequestOutput:
         out = self.outputs.make_output(req)
-        if req.is_finished:
+        if req.is_finished:  # its final output: forget it
             self.requests.pop(req.request_id, None)
+            self.outputs.forget(req.request_id)
         return out
 
     # ------------------------------------------------------------------- stats

@@ -70,8 +70,7 @@ class OutputProcessor:
             self.deltas[req.request_id] = (text + tail, tokens)
 
     def make_output(self, req: Request) -> RequestOutput:
-        """The request's output so far and its delta since the last one; a finished
-        request's text state is dropped."""
+        """The request's output so far and its delta since the last one."""
         detok = self.detokenizers[req.request_id]
         delta_text, delta_tokens = self.deltas.pop(req.request_id, ("", []))
         out = RequestOutput(
@@ -94,6 +93,8 @@ class OutputProcessor:
             delta_text=delta_text,
             delta_token_ids=delta_tokens,
         )
-        if req.is_finished:
-            self.detokenizers.pop(req.request_id, None)
         return out
+
+    def forget(self, request_id: str) -> None:
+        """The request's final output was made: drop its text state."""
+        self.detokenizers.pop(request_id, None)
