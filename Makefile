@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specdec-installed
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint bench bench-peers
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,13 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
+
+# The peers the benchmarks compare against, never needed by the tests: llguidance and
+# xgrammar (without its CUDA-only triton dependency), llama.cpp (builds from source, ~8 min).
+bench-peers: $(STAMP)
+	$(PY) -m pip install -q llguidance
+	$(PY) -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi
+	$(PY) -m pip install -q llama-cpp-python
 
 bench: $(STAMP)
 	$(VENV)/bin/specdec bench throughput
