@@ -83,6 +83,14 @@ CASES = [
     ({"required": ["foo"]}, ['{"foo":1}', '{"foo":1,"x":2}'], ["{}", '{"x":2}']),
     ({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
                 {"properties": {"b": {}}}]}, ['{"a":1}', "{}"], ['{"b":1}', '{"a":1,"b":2}']),
+    ({"oneOf": [{"type": "integer"}, {"minimum": 2}]}, ["1", "-3", "2.5", '"x"'],
+     ["3", "2", "1.5"]),
+    ({"type": "string", "oneOf": [{"minLength": 2}, {"maxLength": 4}]}, ['"a"', '"abcde"'],
+     ['"ab"', '"abcd"', "1"]),
+    ({"type": "object", "oneOf": [{"required": ["foo", "bar"]}, {"required": ["foo", "baz"]}]},
+     ['{"foo":1,"bar":2}', '{"foo":1,"baz":2}'], ['{"foo":1,"bar":2,"baz":3}', '{"foo":1}']),
+    ({"type": "object", "not": {"required": ["a"]}}, ["{}", '{"b":1}'], ['{"a":1}']),
+    ({"anyOf": [{"type": "number"}, {}]}, ["1", '"x"', "null"], []),
 ]
 
 
@@ -98,7 +106,7 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
 
 @pytest.mark.parametrize(("schema", "keyword"), [
     ({"not": {"pattern": "^a"}}, "pattern"),
-    ({"not": {"required": ["a"]}}, "required"),
+    ({"not": {"additionalProperties": False}}, "additionalProperties"),
     ({"not": {"enum": [[1]]}}, "array"),
     ({"contains": {"type": "null"}, "minItems": 2}, "contains"),
     ({"type": "integer", "multipleOf": 3, "minimum": 5}, "multipleOf"),

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.structured.int_range import int_range_regex, number_range_regex
+from specdec.structured.int_range import fraction_range_regex, int_range_regex, number_range_regex
 
 bounds = st.one_of(st.none(), st.integers(-1200, 1200))
 numbers = st.builds(
@@ -40,3 +41,15 @@ def test_integer_range_is_exact(lo, hi, values):
     for n in values:
         inside = (lo is None or n >= lo) and (hi is None or n <= hi)
         assert bool(re.fullmatch(regex, str(n))) == inside, (lo, hi, n, regex)
+
+
+@pytest.mark.parametrize(("lo", "hi", "good", "bad"), [
+    (2, None, ["2.5", "10.01"], ["2", "1.5", "3", "-2.5", "2.0"]),
+    (None, 0, ["-0.5", "-7.25"], ["0.5", "-1", "-0.0"]),
+    (-1, 1, ["-0.5", "0.5"], ["-1.5", "1.5", "0", "1"]),
+])
+def test_fraction_range_regex(lo, hi, good, bad):
+    regex = re.compile(fraction_range_regex(lo, hi))
+    assert all(regex.fullmatch(t) for t in good)
+    assert not any(regex.fullmatch(t) for t in bad)
+    assert fraction_range_regex(1, 1) is None

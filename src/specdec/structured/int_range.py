@@ -100,3 +100,17 @@ def _magnitude(a: int, b: int | None, a_open: bool, b_open: bool) -> str | None:
         if not b_open:
             parts.append(str(b) + _ZERO_FRACTION)
     return "(?:" + "|".join(parts) + ")"
+
+
+def fraction_range_regex(lo: int | None, hi: int | None) -> str | None:
+    """JSON numbers with a non-zero fraction (no exponent) strictly between the integers
+    ``lo`` and ``hi`` (None: unbounded); None where there are none. Such a number lies
+    in (k, k + 1) for its integer part k (-(m, m + 1) when negative)."""
+    parts = []
+    k_lo, k_hi = max(lo, 0) if lo is not None else 0, None if hi is None else hi - 1
+    if k_hi is None or k_lo <= k_hi:
+        parts.append(_nonneg(k_lo, k_hi) + _NONZERO_FRACTION)
+    m_lo, m_hi = max(-hi, 0) if hi is not None else 0, None if lo is None else -lo - 1
+    if m_hi is None or m_lo <= m_hi:
+        parts.append("-" + _nonneg(m_lo, m_hi) + _NONZERO_FRACTION)
+    return "(?:" + "|".join(parts) + ")" if parts else None

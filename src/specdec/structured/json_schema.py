@@ -46,7 +46,11 @@ from collections.abc import Callable
 from typing import Any
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
-from specdec.structured.int_range import int_range_regex, number_range_regex
+from specdec.structured.int_range import (
+    fraction_range_regex,
+    int_range_regex,
+    number_range_regex,
+)
 from specdec.structured.schema_multiple import (
     decimal_places,
     decimal_regex,
@@ -77,6 +81,7 @@ from specdec.structured.schema_values import EVALUATED, satisfies
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
 MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
 MAX_MERGE_DEPTH = 32
+MAX_DISTRIBUTED = 64  # alternatives of anyOf parts distributed over each other
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
 REFUSED = frozenset({"patternProperties", "dependentSchemas", "$dynamicRef", "$recursiveRef"})
@@ -273,18 +278,37 @@ class _Compiler:
         if not isinstance(options, list) or not options:
             raise ConstraintError(f"{keyword} at {where} must be a non-empty array")
         rest = {k: v for k, v in node.items() if k != keyword}
-        branches = []
+        branches, kept = [], []
         for i, option in enumerate(options):
             merged = option if not _constrains(rest) else self.merge([rest, option], where)
             if merged is False:
                 continue
             branches.append((merged, f"{where}/{keyword}/{i}"))
+            kept.append(option)
         if keyword == "oneOf" and not _pairwise_disjoint([b for b, _ in branches]):
-            raise UnsupportedSchemaError(
-                f"oneOf at {where}: its alternatives may overlap (exactly-one cannot be "
-                "enforced); use anyOf if any match is fine")
+            branches = self.exclusive(branches, kept, where)
         rules = [self.value(b, w, depth + 1) for b, w in branches]
+        if "any_value" in rules:  # one branch takes every value: so does the union
+            return ["any_value"]
         return [r for r in rules if r is not None]
+
+    def exclusive(self, branches: list[tuple[Any, str]], options: list[Any],
+                  where: str) -> list[tuple[Any, str]]:
+        """oneOf's branches made disjoint: each one and not the others (refused where a
+        complement is not expressible)."""
+        try:
+            others = [negate(self.deref(o, where), _constraining_keyword, where)
+                      for o in options]
+            out = []
+            for i, (branch, at) in enumerate(branches):
+                merged = self.merge([branch, *others[:i], *others[i + 1:]], where)
+                if merged is not False:
+                    out.append((merged, at))
+            return out
+        except UnsupportedSchemaError as exc:
+            raise UnsupportedSchemaError(
+                f"oneOf at {where}: its alternatives may overlap and exactly-one cannot be "
+                f"enforced ({exc}); use anyOf if any match is fine") from None
 
     def lower(self, node: dict, where: str) -> Any:
         """``node`` with ``unevaluated*`` as ``additionalProperties``/``items`` (see
@@ -434,10 +458,14 @@ class _Compiler:
 
     def type_number(self, node, where):
         if node.get(NON_INTEGER):
-            if any(k in node for k in NUMBER_BOUNDS):
+            if "multipleOf" in node:
                 raise UnsupportedSchemaError(
-                    f"bounds on the complement of integers at {where} are not supported")
-            return self.terminal(NON_INTEGER_NUMBER)
+                    f"multipleOf on the complement of integers at {where} is not supported")
+            if not any(k in node for k in NUMBER_BOUNDS):
+                return self.terminal(NON_INTEGER_NUMBER)
+            lo, hi, _, _ = _number_bounds(node, where)
+            regex = fraction_range_regex(lo, hi)
+            return None if regex is None else self.terminal(regex)
         step = multiple_of(node, where)
         if step is not None:
             places = decimal_places(step)
@@ -646,6 +674,11 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
         return max(a, b)
     if keyword in _UPPER_BOUNDS and numeric:
         return min(a, b)
+    if keyword == "anyOf" and isinstance(a, list) and isinstance(b, list):
+        if len(a) * len(b) > MAX_DISTRIBUTED:
+            raise UnsupportedSchemaError(
+                f"allOf at {where}: two anyOf make more than {MAX_DISTRIBUTED} alternatives")
+        return [{"allOf": [x, y]} for x in a for y in b]
     if keyword == "prefixItems" and isinstance(a, list) and isinstance(b, list):
         longer, shorter = (a, b) if len(a) >= len(b) else (b, a)
         return [{"allOf": [x, shorter[i]]} if i < len(shorter) else x

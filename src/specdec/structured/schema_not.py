@@ -2,8 +2,8 @@
 
 ``negate(schema)`` is a schema accepting exactly the values ``schema`` rejects, for the
 subschemas whose complement is expressible: ``type``, ``const``/``enum`` of scalars,
-whole-number bounds, string and array length bounds, ``properties`` (without
-``required``) and ``not``. A conjunction of keywords fails when one of them does, so the
+whole-number bounds, string and array length bounds, ``properties``, ``required``
+and ``not``. A conjunction of keywords fails when one of them does, so the
 complement is the union of: the values of the other types, the values outside
 ``const``/``enum``, and per keyword the values of its type that violate it. Anything
 else is refused by name.
@@ -37,7 +37,8 @@ _VIOLATIONS: dict[str, tuple[str, Callable[[Any], tuple[str, Any] | None]]] = {
     "minItems": ("array", lambda n: ("maxItems", n - 1) if n > 0 else None),
     "maxItems": ("array", lambda n: ("minItems", n + 1)),
 }
-NEGATABLE = frozenset({"type", "const", "enum", "properties", "not", *_VIOLATIONS})
+NEGATABLE = frozenset({"type", "const", "enum", "properties", "required", "not",
+                       *_VIOLATIONS})
 
 
 def negate(node: Any, is_keyword: Callable[[str], bool], where: str) -> Any:
@@ -70,6 +71,9 @@ def negate(node: Any, is_keyword: Callable[[str], bool], where: str) -> Any:
         if "object" in types:
             pieces.append({"type": "object", "required": [name],
                            "properties": {name: negate(sub, is_keyword, f"{where}/{name}")}})
+    if "object" in types:  # an object without one of the names
+        pieces += [{"type": "object", "propertyNames": {NOT_IN: [name]}}
+                   for name in node.get("required", [])]
     if "not" in node:  # not(A and not X) = not A or X
         pieces.append(node["not"])
     return {"anyOf": pieces} if pieces else False

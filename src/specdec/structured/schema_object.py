@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
+from specdec.structured.schema_not import NOT_IN
 from specdec.structured.schema_strings import count, string_except, string_regex
 from specdec.structured.schema_values import satisfies
 
 MAX_COUNTED_MEMBERS = 64  # minProperties / maxProperties counted in rules up to this
 # propertyNames keywords that constrain names (strings); others do not apply to them.
 _NAME_KEYS = frozenset({"type", "enum", "const", "minLength", "maxLength", "pattern",
-                        "format"})
+                        "format", NOT_IN})
 _NOT_FOR_STRINGS = frozenset({
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items",
     "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "properties",
@@ -46,6 +47,7 @@ class ObjectRules:
         self.node = node
         self.where = where
         self.memo: dict[tuple, tuple[str | None, bool]] = {}
+        self.excluded: list[str] = []  # names propertyNames forbids, when only those
 
     def build(self) -> str | None:
         node, where = self.node, self.where
@@ -81,7 +83,7 @@ class ObjectRules:
                 raise UnsupportedSchemaError(
                     f"propertyNames at {where} beside listed properties and additional "
                     "properties is not supported")
-            key = name_regex or string_except(list(wanted))
+            key = name_regex or string_except([*wanted, *self.excluded])
             self.extra = self.c.rule([f"{self.c.terminal(key)} COLON {extra_rule}"])
         self.low = count(node, "minProperties", where, 0)
         self.high = count(node, "maxProperties", where, None)
@@ -120,6 +122,9 @@ class ObjectRules:
         if names is True or not isinstance(names, dict):
             return None, None
         keys = {k for k in names if self.c.is_keyword(k)} - _NOT_FOR_STRINGS
+        if keys == {NOT_IN}:  # names other than these: kept out of the listed and the rest
+            self.excluded = list(names[NOT_IN])
+            return None, None
         if not keys:
             return None, None
         if keys - _NAME_KEYS:
@@ -148,6 +153,7 @@ class ObjectRules:
         for name, (schema, keyword) in wanted.items():
             allowed = name in finite if finite is not None else name_regex is None or (
                 name_regex != "" and re.fullmatch(name_regex, _spelling(name)) is not None)
+            allowed = allowed and name not in self.excluded
             rule = self.c.value(schema, f"{self.where}/{keyword}") if allowed else None
             if rule is not None:
                 rules[name] = rule
