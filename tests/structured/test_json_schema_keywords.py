@@ -91,6 +91,11 @@ CASES = [
      ['{"foo":1,"bar":2}', '{"foo":1,"baz":2}'], ['{"foo":1,"bar":2,"baz":3}', '{"foo":1}']),
     ({"type": "object", "not": {"required": ["a"]}}, ["{}", '{"b":1}'], ['{"a":1}']),
     ({"anyOf": [{"type": "number"}, {}]}, ["1", '"x"', "null"], []),
+    ({"$defs": {"s": {"$dynamicAnchor": "s", "type": "string"}},
+      "items": {"$dynamicRef": "#s"}}, ['["a"]', "[]"], ["[1]"]),
+    ({"$id": "urn:uuid:deadbeef-1234-ffff-ffff-4321feebdaed",
+      "$defs": {"bar": {"type": "string"}}, "properties": {"foo": {"$ref": "#/$defs/bar"}}},
+     ['{"foo":"x"}'], ['{"foo":1}']),
 ]
 
 
@@ -120,6 +125,9 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
       "propertyNames": {"maxLength": 3}}, "propertyNames"),
     ({"propertyNames": {"anyOf": [{"maxLength": 2}]}}, "propertyNames"),
     ({"minProperties": 65}, "minProperties"),
+    ({"$defs": {"a": {"$dynamicAnchor": "x", "type": "string"},
+                "b": {"$id": "b", "$dynamicAnchor": "x"}}, "items": {"$dynamicRef": "#x"}},
+     "dynamicAnchor"),
     ({"dependencies": {"a": {"required": ["b"]}}}, "dependencies"),
 ])
 def test_inexpressible_combinations_are_refused_by_name(schema, keyword):

@@ -84,7 +84,7 @@ MAX_MERGE_DEPTH = 32
 MAX_DISTRIBUTED = 64  # alternatives of anyOf parts distributed over each other
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
-REFUSED = frozenset({"patternProperties", "dependentSchemas", "$dynamicRef", "$recursiveRef"})
+REFUSED = frozenset({"patternProperties", "dependentSchemas", "$recursiveRef"})
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 NUMBER_KEYS = frozenset({*NUMBER_BOUNDS, "multipleOf"})
 UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
@@ -100,6 +100,7 @@ _COUPLED = (frozenset({"items", "additionalItems"}), frozenset(CONDITIONAL))
 _SHAPES = {"object": ("properties", "additionalProperties"), "array": ("prefixItems", "items")}
 _MISSING = object()
 _STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
+                         "$dynamicRef",
                          *CONDITIONAL, *NUMBER_KEYS, *STRING_KEYS, *ARRAY_KEYS,
                          *OBJECT_KEYS, *UNEVALUATED, *REFUSED, *INTERNAL})
 # allOf parts that bound one keyword differently merge to the tighter bound.
@@ -172,6 +173,7 @@ class _Compiler:
 
     def grammar(self) -> str:
         start = self.value(self.root, "#")
+        self.refs.check_dynamic("#")
         if start is None:
             raise ConstraintError("the JSON schema accepts no value")
         ws = self.whitespace
@@ -244,6 +246,8 @@ class _Compiler:
                     f"JSON schema keyword {keyword!r} at {where} is not supported")
         if depth > MAX_MERGE_DEPTH:
             raise UnsupportedSchemaError(f"schema at {where} nests $ref/allOf too deeply")
+        if "$dynamicRef" in node:
+            return self.alternatives(self.static_ref(node, where), where, depth + 1)
         if any(k in node for k in UNEVALUATED):
             return self.merged_alternatives(self.lower(node, where), where, depth)
         if "$ref" in node:
@@ -342,9 +346,20 @@ class _Compiler:
         self.keep.append(rewritten)
         return rewritten
 
+    def static_ref(self, node: dict, where: str) -> dict:
+        """``node`` with its ``$dynamicRef`` as the ``$ref`` it always amounts to."""
+        ref = {"$ref": self.refs.static_dynamic_ref(node["$dynamicRef"], node, where)}
+        rest = {k: v for k, v in node.items() if k != "$dynamicRef"}
+        out = {**rest, **ref} if "$ref" not in rest else {**rest, "allOf": [
+            *rest.get("allOf", []), ref]}
+        self.keep.append(out)
+        return out
+
     def deref(self, node: Any, where: str) -> Any:
         """``node``, or what it refers to when it is a ``$ref`` alone."""
         for _ in range(MAX_MERGE_DEPTH):
+            if isinstance(node, dict) and "$dynamicRef" in node:
+                node = self.static_ref(node, where)
             if not isinstance(node, dict) or "$ref" not in node or _constrains(
                     {k: v for k, v in node.items() if k != "$ref"}):
                 return node
@@ -363,6 +378,8 @@ class _Compiler:
                 return False
             if not isinstance(part, dict):
                 raise ConstraintError(f"allOf entry at {where} must be a schema")
+            if "$dynamicRef" in part:
+                part = self.static_ref(part, where)
             while "$ref" in part and not _constrains({k: v for k, v in part.items()
                                                       if k != "$ref"}):
                 part = self.resolve(part["$ref"], part, where)

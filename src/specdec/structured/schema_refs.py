@@ -32,6 +32,8 @@ class SchemaIndex:
         self.base_of: dict[int, str] = {}  # id(node) -> absolute base URI (no fragment)
         self.resources: dict[str, Any] = {}  # absolute URI -> the node with that $id
         self.anchors: dict[str, Any] = {}  # "URI#name" -> node
+        self.dynamic_anchors: dict[str, int] = {}  # $dynamicAnchor name -> schemas with it
+        self.static_dynamic: set[str] = set()  # names whose $dynamicRefs were made static
         self.documents: list[Any] = [root]  # keeps retrieved documents (and their ids) alive
         self.resources[ROOT_URI] = root
         self._index(root, ROOT_URI)
@@ -47,7 +49,7 @@ class SchemaIndex:
         if "$ref" in node and self.ref_overrides_siblings:
             own_id = None
         if isinstance(own_id, str):
-            uri, fragment = urldefrag(urljoin(base, own_id))
+            uri, fragment = urldefrag(_join(base, own_id))
             if uri:
                 base = uri
                 self.resources.setdefault(uri, node)
@@ -55,6 +57,10 @@ class SchemaIndex:
                 self.anchors.setdefault(f"{base}#{fragment}", node)
         if isinstance(node.get("$anchor"), str):
             self.anchors.setdefault(f"{base}#{node['$anchor']}", node)
+        if isinstance(node.get("$dynamicAnchor"), str):
+            name = node["$dynamicAnchor"]
+            self.anchors.setdefault(f"{base}#{name}", node)
+            self.dynamic_anchors[name] = self.dynamic_anchors.get(name, 0) + 1
         self.base_of[id(node)] = base
         for key, value in node.items():
             if key in NOT_SCHEMAS:
@@ -70,7 +76,7 @@ class SchemaIndex:
         if not isinstance(ref, str):
             raise ConstraintError(f"$ref at {where} must be a string")
         base = self.base_of.get(id(holder), ROOT_URI)
-        uri, fragment = urldefrag(urljoin(base, ref))
+        uri, fragment = urldefrag(_join(base, ref))
         document = self.resources.get(uri)
         if document is None:
             document = self._retrieve(uri, ref, where)
@@ -91,6 +97,28 @@ class SchemaIndex:
                 raise ConstraintError(f"$ref {ref!r} at {where} points nowhere")
         return node
 
+    def static_dynamic_ref(self, ref: Any, holder: Any, where: str) -> str:
+        """The absolute URI a ``$dynamicRef`` always resolves to: its target as a
+        ``$ref``, where that has no ``$dynamicAnchor`` of the fragment's name or it is
+        the only schema declaring that name (else which one applies depends on the
+        dynamic scope: refused)."""
+        target = self.resolve(ref, holder, where)
+        absolute = _join(self.base_of.get(id(holder), ROOT_URI), ref)
+        fragment = urldefrag(absolute)[1]
+        if isinstance(target, dict) and fragment and target.get("$dynamicAnchor") == fragment:
+            self.static_dynamic.add(fragment)
+            self.check_dynamic(where)
+        return absolute
+
+    def check_dynamic(self, where: str) -> None:
+        """Refuse if a ``$dynamicAnchor`` made static is declared more than once (also
+        after documents retrieved later)."""
+        for name in self.static_dynamic:
+            if self.dynamic_anchors.get(name, 0) > 1:
+                raise UnsupportedSchemaError(
+                    f"$dynamicRef to {name!r} at {where}: several schemas declare "
+                    f"$dynamicAnchor {name!r}; which applies depends on the dynamic scope")
+
     def _retrieve(self, uri: str, ref: str, where: str) -> Any:
         found = self.retrieve(uri) if self.retrieve is not None else None
         if found is None:
@@ -101,6 +129,14 @@ class SchemaIndex:
         self.resources[uri] = found
         self._index(found, uri)
         return found
+
+
+def _join(base: str, ref: str) -> str:
+    """``ref`` resolved against ``base``; a fragment alone also against bases that
+    ``urljoin`` leaves alone (``urn:`` URIs)."""
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    return urljoin(base, ref)
 
 
 def is_legacy_draft(root: Any, default_draft: str) -> bool:
