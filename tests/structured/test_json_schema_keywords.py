@@ -96,6 +96,11 @@ CASES = [
     ({"$id": "urn:uuid:deadbeef-1234-ffff-ffff-4321feebdaed",
       "$defs": {"bar": {"type": "string"}}, "properties": {"foo": {"$ref": "#/$defs/bar"}}},
      ['{"foo":"x"}'], ['{"foo":1}']),
+    ({"patternProperties": {"f.*o": {"type": "integer"}}},
+     ['{"foo":1,"fooooo":2}', "{}", '{"xfoy":3}'], ['{"foo":"bar"}', '{"fooooo":"x"}']),
+    ({"properties": {"foo": {}, "bar": {}}, "patternProperties": {"^v": {}},
+      "additionalProperties": False},
+     ['{"foo":1,"vroom":2}', '{"v":[]}'], ['{"foo":1,"quux":2}', '{"x":1}']),
 ]
 
 
@@ -125,6 +130,12 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
       "propertyNames": {"maxLength": 3}}, "propertyNames"),
     ({"propertyNames": {"anyOf": [{"maxLength": 2}]}}, "propertyNames"),
     ({"minProperties": 65}, "minProperties"),
+    ({"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+     "patternProperties"),
+    ({"properties": {"foo": {}}, "patternProperties": {"f.o": {"minItems": 2}}},
+     "patternProperties"),
+    ({"patternProperties": {"^a": {}}, "additionalProperties": {"type": "integer"}},
+     "patternProperties"),
     ({"$defs": {"a": {"$dynamicAnchor": "x", "type": "string"},
                 "b": {"$id": "b", "$dynamicAnchor": "x"}}, "items": {"$dynamicRef": "#x"}},
      "dynamicAnchor"),

@@ -84,18 +84,20 @@ MAX_MERGE_DEPTH = 32
 MAX_DISTRIBUTED = 64  # alternatives of anyOf parts distributed over each other
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
-REFUSED = frozenset({"patternProperties", "dependentSchemas", "$recursiveRef"})
+REFUSED = frozenset({"dependentSchemas", "$recursiveRef"})
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 NUMBER_KEYS = frozenset({*NUMBER_BOUNDS, "multipleOf"})
 UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 ARRAY_KEYS = frozenset({"items", "prefixItems", "additionalItems", "minItems", "maxItems",
                         "uniqueItems", "contains", "minContains", "maxContains"})
 OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties", "propertyNames",
+                         "patternProperties",
                          "minProperties", "maxProperties", "dependentRequired",
                          "dependencies"})
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 # Keywords whose meaning depends on a sibling: merged only when they come from one part.
-_COUPLED = (frozenset({"items", "additionalItems"}), frozenset(CONDITIONAL))
+_COUPLED = (frozenset({"items", "additionalItems"}), frozenset(CONDITIONAL),
+            frozenset({"patternProperties", "additionalProperties"}))
 # Keyword pairs merged position by position across allOf parts (see _merge_shapes).
 _SHAPES = {"object": ("properties", "additionalProperties"), "array": ("prefixItems", "items")}
 _MISSING = object()

@@ -62,7 +62,8 @@ class ObjectRules:
         mode = self.c.additional_properties
         extra = node.get("additionalProperties",
                          {"open": True, "closed": False,
-                          "listed": "properties" not in node}[mode])
+                          "listed": "properties" not in node
+                          and "patternProperties" not in node}[mode])
         named_extra = node.get("additionalProperties", True)  # the specification's
         wanted = {**{n: (s, "properties") for n, s in properties.items()},
                   **{n: (named_extra, "additionalProperties")
@@ -85,6 +86,13 @@ class ObjectRules:
                     "properties is not supported")
             key = name_regex or string_except([*wanted, *self.excluded])
             self.extra = self.c.rule([f"{self.c.terminal(key)} COLON {extra_rule}"])
+        if node.get("patternProperties"):
+            if self.extra is not None or finite is not None or name_regex is not None \
+                    or self.excluded:
+                raise UnsupportedSchemaError(
+                    f"patternProperties at {where} beside additional properties or "
+                    "propertyNames is not supported")
+            self.extra = self.pattern_member(list(wanted))
         self.low = count(node, "minProperties", where, 0)
         self.high = count(node, "maxProperties", where, None)
         if max(self.low, self.high or 0) > MAX_COUNTED_MEMBERS:
@@ -145,6 +153,31 @@ class ObjectRules:
             return list(dict.fromkeys(allowed)), None
         regex = string_regex({k: names[k] for k in keys - {"type"}}, self.where)
         return None, "" if regex is None else regex
+
+    def pattern_member(self, listed: list[str]) -> str | None:
+        """The rule of a member keyed by ``patternProperties`` (None: there is none).
+        Exact when the patterns share one schema (a key matching several needs them
+        all) and no listed name matches one (its value would need both schemas)."""
+        patterns = self.node["patternProperties"]
+        if not isinstance(patterns, dict):
+            raise ConstraintError(f"patternProperties at {self.where} must be an object")
+        schemas = {json.dumps(v, sort_keys=True) for v in patterns.values()}
+        if len(schemas) > 1:
+            raise UnsupportedSchemaError(
+                f"patternProperties at {self.where}: patterns with different schemas may "
+                "match one name; that is not supported")
+        regexes = [string_regex({"pattern": p}, self.where) for p in patterns]
+        for name in listed:
+            if any(re.fullmatch(r, _spelling(name)) for r in regexes):
+                raise UnsupportedSchemaError(
+                    f"patternProperties at {self.where}: property {name!r} matches a "
+                    "pattern; that is not supported")
+        value = self.c.value(next(iter(patterns.values())),
+                             f"{self.where}/patternProperties")
+        if value is None:
+            return None
+        key = self.c.terminal("(?:" + "|".join(regexes) + ")")
+        return self.c.rule([f"{key} COLON {value}"])
 
     def listed(self, wanted: dict[str, tuple[Any, str]], required: list[str],
                finite: list[str] | None, name_regex: str | None) -> list[Member] | None:
