@@ -7,27 +7,45 @@ integer ranges by :mod:`int_range`). Every construct's language is a subset of w
 the schema allows, so the engine can be stricter than the schema, never looser:
 
 * enforced exactly: ``type`` (and lists), ``enum``/``const`` (numbers compare by value:
-  ``1.0`` matches ``1``), ``properties``/``required``/``additionalProperties`` (false,
-  true or a schema), ``items``/``prefixItems``/``minItems``/``maxItems`` (draft 7
-  ``items`` lists and ``additionalItems`` too), ``minLength``/``maxLength``,
-  ``pattern``, ``minimum``/``maximum``/``exclusive*`` (integers: any bound; numbers:
-  whole-number bounds, bounded numbers written without an exponent), ``anyOf``, ``oneOf``
-  (when its alternatives cannot overlap), ``allOf`` and ``$ref`` beside other keywords
-  (merged when the parts constrain different keywords), ``$ref``/``$defs``/
-  ``definitions``/``$anchor``/``$id``-relative pointers within the document, boolean
-  schemas, ``uniqueItems: false``;
+  ``1.0`` matches ``1``; beside bounds, lengths or ``multipleOf`` the values are checked),
+  ``properties``/``required``/``additionalProperties`` (false, true or a schema),
+  ``propertyNames``, ``minProperties``/``maxProperties``, ``dependentRequired`` (and
+  draft 7 ``dependencies`` with name lists), ``patternProperties`` (see the refusals),
+  ``items``/``prefixItems``/``minItems``/``maxItems`` (draft 7 ``items`` lists and
+  ``additionalItems`` too), ``contains``/``minContains``/``maxContains`` (each item a hit
+  or a miss of ``contains``, hits counted), ``minLength``/``maxLength``, ``pattern``,
+  ``minimum``/``maximum``/``exclusive*`` (integers: any bound; numbers: whole-number
+  bounds, bounded numbers written without an exponent), ``multipleOf`` on integers
+  (:mod:`schema_multiple`), ``anyOf``, ``oneOf`` (alternatives that cannot overlap, or
+  each made exclusive with the complement of the others), ``not`` and ``if``/``then``/
+  ``else`` where the complement is expressible (:mod:`schema_not`: ``type``, scalar
+  ``const``/``enum``, whole-number bounds, lengths, ``properties``, ``required``),
+  ``allOf`` and ``$ref`` beside other keywords (merged: bounds to the tighter one,
+  ``properties``/``additionalProperties`` and ``prefixItems``/``items`` position by
+  position, two ``anyOf`` distributed), ``unevaluatedProperties``/``unevaluatedItems``
+  where what is evaluated is static (:mod:`schema_unevaluated`), ``$ref``/``$defs``/
+  ``definitions``/``$anchor``/``$id``-relative pointers within the document,
+  ``$dynamicRef`` where it always resolves to one schema, boolean schemas,
+  ``uniqueItems: false``;
 * generation-time restrictions (stricter than the schema, documented): properties in
-  the order written, additional properties after them and spelled without escapes,
-  integers without a fraction (``1`` but not ``1.0``), ``const``/``enum`` objects in
-  the order written, ``format`` (date, time, date-time, uuid, email, ipv4, hostname,
-  uri) enforced as its syntax (without RFC length limits), whitespace by ``whitespace``;
-* refused by name (:class:`UnsupportedSchemaError`): every other *validation* keyword
-  (``not``, ``if``, ``multipleOf``, ``contains``, ``uniqueItems: true``,
-  ``patternProperties``, ``propertyNames``, ``min/maxProperties``, fractional bounds
-  on numbers,
-  ``dependent*``, ``unevaluated*``, ``$dynamicRef``, remote ``$ref``...) and
-  combinations that would need an intersection (``pattern`` with ``maxLength``).
-  Annotations and unknown keywords are ignored, as the specification says.
+  the order written (listed ones, then additional ones spelled without escapes),
+  integers without a fraction (``1`` but not ``1.0``; also multiples of a fractional
+  ``multipleOf`` other than 10^-d, which are generated as integer multiples),
+  ``const``/``enum`` objects in the order written, ``format`` (date, time, date-time,
+  uuid, email, ipv4, hostname, uri) enforced as its syntax (without RFC length limits),
+  non-integer numbers (the complement of ``integer``) without an exponent, whitespace by
+  ``whitespace``;
+* refused by name (:class:`UnsupportedSchemaError`): ``uniqueItems: true``,
+  ``dependentSchemas`` (and schema ``dependencies``), ``$recursiveRef``, remote ``$ref``
+  without ``retrieve``, fractional bounds on numbers, ``multipleOf`` above 256 or with
+  bounds other than 0, the complement of what :mod:`schema_not` cannot express (``not``,
+  ``if``, overlapping ``oneOf``), ``unevaluated*`` whose evaluated set depends on the
+  instance, ``patternProperties`` with different schemas, a listed name matching a
+  pattern, or beside additional properties, ``propertyNames`` beside listed and
+  additional properties, ``$dynamicRef`` with several ``$dynamicAnchor`` of its name,
+  ``allOf`` parts constraining one keyword in ways not merged above, and combinations
+  that would need an intersection (``pattern`` with ``maxLength``). Annotations and
+  unknown keywords are ignored, as the specification says.
 
 Additional properties (``additional_properties``): ``"listed"`` (the default, a
 generation-time restriction like xgrammar's): an object that lists ``properties`` takes
