@@ -101,6 +101,10 @@ CASES = [
     ({"properties": {"foo": {}, "bar": {}}, "patternProperties": {"^v": {}},
       "additionalProperties": False},
      ['{"foo":1,"vroom":2}', '{"v":[]}'], ['{"foo":1,"quux":2}', '{"x":1}']),
+    ({"dependentSchemas": {"bar": {"properties": {"foo": {"type": "integer"}}}}},
+     ['{"foo":1,"bar":2}', '{"bar":2}', "1"], ['{"foo":"x","bar":2}']),
+    ({"type": "object", "allOf": [{"not": {"required": ["a"]}}, {"not": {"required": ["b"]}}]},
+     ["{}", '{"c":1}'], ['{"a":1}', '{"b":1}']),
 ]
 
 

@@ -79,7 +79,10 @@ from specdec.structured.schema_not import (
     CONDITIONAL,
     INTERNAL,
     NON_INTEGER,
+    NOT_IN,
     conditional,
+    dependent_schemas,
+    has_dependent_schemas,
     negate,
 )
 from specdec.structured.schema_object import ObjectRules
@@ -102,7 +105,7 @@ MAX_MERGE_DEPTH = 32
 MAX_DISTRIBUTED = 64  # alternatives of anyOf parts distributed over each other
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
-REFUSED = frozenset({"dependentSchemas", "$recursiveRef"})
+REFUSED = frozenset({"$recursiveRef"})
 NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 NUMBER_KEYS = frozenset({*NUMBER_BOUNDS, "multipleOf"})
 UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
@@ -120,7 +123,7 @@ _COUPLED = (frozenset({"items", "additionalItems"}), frozenset(CONDITIONAL),
 _SHAPES = {"object": ("properties", "additionalProperties"), "array": ("prefixItems", "items")}
 _MISSING = object()
 _STRUCTURAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "not",
-                         "$dynamicRef",
+                         "$dynamicRef", "dependentSchemas",
                          *CONDITIONAL, *NUMBER_KEYS, *STRING_KEYS, *ARRAY_KEYS,
                          *OBJECT_KEYS, *UNEVALUATED, *REFUSED, *INTERNAL})
 # allOf parts that bound one keyword differently merge to the tighter bound.
@@ -277,6 +280,10 @@ class _Compiler:
                 rule = self.value(target, f"{where}/$ref", depth + 1)
                 return [rule] if rule else []
             return self.merged_alternatives(self.merge([target, rest], where), where, depth)
+        if has_dependent_schemas(node):
+            rewritten = dependent_schemas(node)
+            self.keep.append(rewritten)
+            return self.merged_alternatives(self.merge([rewritten], where), where, depth)
         if "not" in node or any(k in node for k in CONDITIONAL):
             return self.merged_alternatives(self.logic(node, where), where, depth)
         if "allOf" in node:
@@ -413,6 +420,9 @@ class _Compiler:
                 part = self.lower(part, where)
                 if part is False:
                     return False
+            if has_dependent_schemas(part):
+                part = dependent_schemas(part)
+                self.keep.append(part)
             if any(k in part for k in CONDITIONAL):  # the part's own if/then/else
                 part = conditional(part, _constraining_keyword, where)
                 self.keep.append(part)
@@ -716,6 +726,9 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
             raise UnsupportedSchemaError(
                 f"allOf at {where}: two anyOf make more than {MAX_DISTRIBUTED} alternatives")
         return [{"allOf": [x, y]} for x in a for y in b]
+    if keyword == "propertyNames" and all(isinstance(v, dict) and set(v) == {NOT_IN}
+                                          for v in (a, b)):
+        return {NOT_IN: list(dict.fromkeys([*a[NOT_IN], *b[NOT_IN]]))}
     if keyword == "prefixItems" and isinstance(a, list) and isinstance(b, list):
         longer, shorter = (a, b) if len(a) >= len(b) else (b, a)
         return [{"allOf": [x, shorter[i]]} if i < len(shorter) else x

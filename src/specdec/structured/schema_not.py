@@ -92,6 +92,28 @@ def conditional(node: dict, is_keyword: Callable[[str], bool], where: str) -> An
     return {"allOf": [rest, {"anyOf": branches}]}
 
 
+def has_dependent_schemas(node: dict) -> bool:
+    legacy = node.get("dependencies")
+    return "dependentSchemas" in node or isinstance(legacy, dict) and any(
+        not isinstance(v, list) for v in legacy.values())
+
+
+def dependent_schemas(node: dict) -> dict:
+    """``node`` with ``dependentSchemas`` (and draft 7 ``dependencies`` that map a name to
+    a schema) as ``if`` {an object with the name} ``then`` {the schema}."""
+    rest = {k: v for k, v in node.items() if k not in ("dependentSchemas", "dependencies")}
+    pairs = list((node.get("dependentSchemas") or {}).items())
+    legacy = node.get("dependencies")
+    if isinstance(legacy, dict):
+        pairs += [(n, v) for n, v in legacy.items() if not isinstance(v, list)]
+        names = {n: v for n, v in legacy.items() if isinstance(v, list)}
+        if names:
+            rest["dependencies"] = names
+    conditions = [{"if": {"type": "object", "required": [name]}, "then": schema}
+                  for name, schema in pairs]
+    return {"allOf": [rest, *conditions]}
+
+
 def _declared_types(declared: Any, where: str) -> set[str]:
     if declared is None:
         return {*SCALAR_TYPES, "number", "integer"}
