@@ -143,7 +143,7 @@ def test_keyword_accepts_exactly(compile_for, accepts, schema, good, bad):
     ({"$defs": {"a": {"$dynamicAnchor": "x", "type": "string"},
                 "b": {"$id": "b", "$dynamicAnchor": "x"}}, "items": {"$dynamicRef": "#x"}},
      "dynamicAnchor"),
-    ({"dependencies": {"a": {"required": ["b"]}}}, "dependencies"),
+    ({"if": {"pattern": "^x"}, "then": {"maxLength": 3}}, "pattern"),
 ])
 def test_inexpressible_combinations_are_refused_by_name(schema, keyword):
     with pytest.raises(UnsupportedSchemaError, match=keyword):

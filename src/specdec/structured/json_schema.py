@@ -726,6 +726,8 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
             raise UnsupportedSchemaError(
                 f"allOf at {where}: two anyOf make more than {MAX_DISTRIBUTED} alternatives")
         return [{"allOf": [x, y]} for x in a for y in b]
+    if keyword == "not":  # not a and not b: not (a or b)
+        return {"anyOf": [a, b]}
     if keyword == "propertyNames" and all(isinstance(v, dict) and set(v) == {NOT_IN}
                                           for v in (a, b)):
         return {NOT_IN: list(dict.fromkeys([*a[NOT_IN], *b[NOT_IN]]))}

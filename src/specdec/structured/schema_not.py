@@ -2,11 +2,11 @@
 
 ``negate(schema)`` is a schema accepting exactly the values ``schema`` rejects, for the
 subschemas whose complement is expressible: ``type``, ``const``/``enum`` of scalars,
-whole-number bounds, string and array length bounds, ``properties``, ``required``
-and ``not``. A conjunction of keywords fails when one of them does, so the
-complement is the union of: the values of the other types, the values outside
-``const``/``enum``, and per keyword the values of its type that violate it. Anything
-else is refused by name.
+whole-number bounds, string and array length bounds, ``properties``, ``required``,
+``not`` and ``anyOf`` alone (none of its alternatives). A conjunction of keywords
+fails when one of them does, so the complement is the union of: the values of the
+other types, the values outside ``const``/``enum``, and per keyword the values of its
+type that violate it. Anything else is refused by name.
 
 Two internal keywords carry what plain keywords cannot say: :data:`NON_INTEGER`
 (numbers with a non-zero fraction) and :data:`NOT_IN` (strings other than these).
@@ -37,7 +37,7 @@ _VIOLATIONS: dict[str, tuple[str, Callable[[Any], tuple[str, Any] | None]]] = {
     "minItems": ("array", lambda n: ("maxItems", n - 1) if n > 0 else None),
     "maxItems": ("array", lambda n: ("minItems", n + 1)),
 }
-NEGATABLE = frozenset({"type", "const", "enum", "properties", "required", "not",
+NEGATABLE = frozenset({"type", "const", "enum", "properties", "required", "not", "anyOf",
                        *_VIOLATIONS})
 
 
@@ -55,6 +55,8 @@ def negate(node: Any, is_keyword: Callable[[str], bool], where: str) -> Any:
             f"not at {where}: the complement of {unsupported} is not supported")
     if not node:
         return False
+    if set(node) == {"anyOf"} and isinstance(node["anyOf"], list):  # none of them
+        return {"allOf": [negate(o, is_keyword, where) for o in node["anyOf"]]}
     types = _declared_types(node.get("type"), where)
     pieces: list[Any] = []
     if "type" in node:
