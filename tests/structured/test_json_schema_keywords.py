@@ -50,6 +50,8 @@ CASES = [
      ["1.251", "0.001"]),
     ({"multipleOf": 1.5}, ["3", "-6", '"x"'], ["1", "4.6"]),
     ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
+    ({"type": "integer", "allOf": [{"multipleOf": 2}, {"multipleOf": 3}]}, ["0", "12", "-6"],
+     ["2", "3", "4", "9"]),
     ({"properties": {"foo": {"type": "string"}}, "unevaluatedProperties": False},
      ['{"foo":"x"}', "{}", "1"], ['{"foo":"x","bar":1}', '{"bar":1}']),
     ({"properties": {"foo": {"type": "string"}}, "allOf": [{"properties": {"bar": {}}}],

@@ -61,6 +61,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
@@ -70,6 +71,7 @@ from specdec.structured.int_range import (
     number_range_regex,
 )
 from specdec.structured.schema_multiple import (
+    common_multiple,
     decimal_places,
     decimal_regex,
     integer_multiples,
@@ -716,7 +718,8 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
         return _intersect_types(a, b)
     if keyword == "required":
         return list(dict.fromkeys([*a, *b]))
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    numeric = all(isinstance(v, (int, float, Fraction)) and not isinstance(v, bool)
+                  for v in (a, b))
     if keyword in _LOWER_BOUNDS and numeric:
         return max(a, b)
     if keyword in _UPPER_BOUNDS and numeric:
@@ -726,6 +729,8 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
             raise UnsupportedSchemaError(
                 f"allOf at {where}: two anyOf make more than {MAX_DISTRIBUTED} alternatives")
         return [{"allOf": [x, y]} for x in a for y in b]
+    if keyword == "multipleOf" and numeric and min(a, b) > 0:
+        return common_multiple(a, b)
     if keyword == "not":  # not a and not b: not (a or b)
         return {"anyOf": [a, b]}
     if keyword == "propertyNames" and all(isinstance(v, dict) and set(v) == {NOT_IN}

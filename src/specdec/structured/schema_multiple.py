@@ -10,6 +10,7 @@ generated (a number's fraction is dropped, a generation-time restriction), excep
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -26,9 +27,21 @@ def multiple_of(node: dict, where: str) -> Fraction | None:
     if "multipleOf" not in node:
         return None
     value = node["multipleOf"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)) or value <= 0:
         raise ConstraintError(f"multipleOf at {where} must be a positive number")
+    return exact(value)
+
+
+def exact(value: int | float | Fraction) -> Fraction:
+    """A JSON number as the fraction its decimal spelling means."""
     return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
+
+
+def common_multiple(a: int | float | Fraction, b: int | float | Fraction) -> Fraction:
+    """The least common multiple of two ``multipleOf`` (both hold iff it does)."""
+    x, y = exact(a), exact(b)
+    return Fraction(math.lcm(x.numerator, y.numerator),
+                    math.gcd(x.denominator, y.denominator))
 
 
 def decimal_places(step: Fraction) -> int | None:
@@ -80,4 +93,4 @@ def decimal_regex(places: int, where: str) -> str:
 
 
 def is_multiple(value: Any, step: Fraction) -> bool:
-    return (Fraction(str(value)) if isinstance(value, float) else Fraction(value)) % step == 0
+    return exact(value) % step == 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from specdec.structured.schema_multiple import is_multiple
+from specdec.structured.schema_multiple import exact, is_multiple
 from specdec.structured.schema_not import NON_INTEGER, NOT_IN
 
 _NUMBER_CHECKS = {
@@ -40,7 +40,7 @@ def satisfies(value: Any, node: dict) -> bool:
     if node.get(NON_INTEGER) and number and float(value).is_integer():
         return False
     step = node.get("multipleOf")
-    if number and isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0 \
-            and not is_multiple(value, Fraction(str(step))):
+    if number and isinstance(step, (int, float, Fraction)) and not isinstance(step, bool) \
+            and step > 0 and not is_multiple(value, exact(step)):
         return False
     return not (isinstance(value, str) and value in node.get(NOT_IN, ()))
