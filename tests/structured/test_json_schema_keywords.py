@@ -50,6 +50,8 @@ CASES = [
      ["1.251", "0.001"]),
     ({"multipleOf": 1.5}, ["3", "-6", '"x"'], ["1", "4.6"]),
     ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
+    ({"type": "number", "minimum": 1.1, "exclusiveMaximum": 3.5}, ["2", "2.5", "3", "3.0"],
+     ["1", "1.05", "3.6", "4"]),  # tightened to [2, 3]: 1.5 is valid but not generated
     ({"type": "integer", "allOf": [{"multipleOf": 2}, {"multipleOf": 3}]}, ["0", "12", "-6"],
      ["2", "3", "4", "9"]),
     ({"properties": {"foo": {"type": "string"}}, "unevaluatedProperties": False},

@@ -33,11 +33,12 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``multipleOf`` other than 10^-d, which are generated as integer multiples),
   ``const``/``enum`` objects in the order written, ``format`` (date, time, date-time,
   uuid, email, ipv4, hostname, uri) enforced as its syntax (without RFC length limits),
-  non-integer numbers (the complement of ``integer``) without an exponent, whitespace by
-  ``whitespace``;
+  non-integer numbers (the complement of ``integer``) without an exponent, fractional
+  bounds on numbers tightened to the whole numbers inside them (``minimum: 1.1`` as 2),
+  whitespace by ``whitespace``;
 * refused by name (:class:`UnsupportedSchemaError`): ``uniqueItems: true``,
   ``dependentSchemas`` (and schema ``dependencies``), ``$recursiveRef``, remote ``$ref``
-  without ``retrieve``, fractional bounds on numbers, ``multipleOf`` above 256 or with
+  without ``retrieve``, ``multipleOf`` above 256 or with
   bounds other than 0, the complement of what :mod:`schema_not` cannot express (``not``,
   ``if``, overlapping ``oneOf``), ``unevaluated*`` whose evaluated set depends on the
   instance, ``patternProperties`` with different schemas, a listed name matching a
@@ -881,28 +882,30 @@ def _integer_bounds(node: dict, where: str) -> tuple[int | None, int | None]:
 
 
 def _number_bounds(node: dict, where: str) -> tuple[int | None, int | None, bool, bool]:
-    """(lo, hi, lo exclusive, hi exclusive) of a number; bounds must be whole numbers
-    (bounded numbers are written without an exponent: a generation-time restriction)."""
-    def whole(key: str) -> int:
+    """(lo, hi, lo exclusive, hi exclusive) of a number, whole numbers: a fractional
+    bound is tightened to the whole number inside it (``minimum: 1.1`` as 2; bounded
+    numbers are written without an exponent: generation-time restrictions)."""
+    def whole(key: str, lower: bool) -> tuple[int, bool]:
         value = node[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise (UnsupportedSchemaError if isinstance(value, bool) else ConstraintError)(
                 f"{key} at {where} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConstraintError(f"{key} at {where} must be finite")
         if isinstance(value, float) and not value.is_integer():
-            raise UnsupportedSchemaError(
-                f"{key} {value!r} at {where}: bounds on numbers must be whole numbers")
-        return int(value)
+            return (math.ceil(value) if lower else math.floor(value)), False
+        return int(value), key.startswith("exclusive")
 
     lo = hi = None
     lo_open = hi_open = False
-    for key, is_open in (("minimum", False), ("exclusiveMinimum", True)):
+    for key in ("minimum", "exclusiveMinimum"):
         if key in node:
-            value = whole(key)
+            value, is_open = whole(key, lower=True)
             if lo is None or value > lo or value == lo and is_open:
                 lo, lo_open = value, is_open
-    for key, is_open in (("maximum", False), ("exclusiveMaximum", True)):
+    for key in ("maximum", "exclusiveMaximum"):
         if key in node:
-            value = whole(key)
+            value, is_open = whole(key, lower=False)
             if hi is None or value < hi or value == hi and is_open:
                 hi, hi_open = value, is_open
     return lo, hi, lo_open, hi_open
