@@ -10,7 +10,8 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``1.0`` matches ``1``; beside bounds, lengths or ``multipleOf`` the values are checked),
   ``properties``/``required``/``additionalProperties`` (false, true or a schema),
   ``propertyNames``, ``minProperties``/``maxProperties``, ``dependentRequired`` (and
-  draft 7 ``dependencies`` with name lists), ``patternProperties`` (see the refusals),
+  draft 7 ``dependencies``), ``dependentSchemas`` (``if`` {an object with the name}
+  ``then`` {the schema}), ``patternProperties`` (see the refusals),
   ``items``/``prefixItems``/``minItems``/``maxItems`` (draft 7 ``items`` lists and
   ``additionalItems`` too), ``contains``/``minContains``/``maxContains`` (each item a hit
   or a miss of ``contains``, hits counted), ``minLength``/``maxLength``, ``pattern``,
@@ -19,8 +20,9 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   (:mod:`schema_multiple`), ``anyOf``, ``oneOf`` (alternatives that cannot overlap, or
   each made exclusive with the complement of the others), ``not`` and ``if``/``then``/
   ``else`` where the complement is expressible (:mod:`schema_not`: ``type``, scalar
-  ``const``/``enum``, whole-number bounds, lengths, ``properties``, ``required``),
+  ``const``/``enum``, bounds, lengths, ``properties``, ``required``, ``anyOf``),
   ``allOf`` and ``$ref`` beside other keywords (merged: bounds to the tighter one,
+  ``multipleOf`` to the least common multiple, ``not`` to ``not`` ``anyOf``,
   ``properties``/``additionalProperties`` and ``prefixItems``/``items`` position by
   position, two ``anyOf`` distributed), ``unevaluatedProperties``/``unevaluatedItems``
   where what is evaluated is static (:mod:`schema_unevaluated`), ``$ref``/``$defs``/
@@ -37,9 +39,8 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   bounds on numbers tightened to the whole numbers inside them (``minimum: 1.1`` as 2),
   whitespace by ``whitespace``;
 * refused by name (:class:`UnsupportedSchemaError`): ``uniqueItems: true``,
-  ``dependentSchemas`` (and schema ``dependencies``), ``$recursiveRef``, remote ``$ref``
-  without ``retrieve``, ``multipleOf`` above 256 or with
-  bounds other than 0, the complement of what :mod:`schema_not` cannot express (``not``,
+  ``$recursiveRef``, remote ``$ref`` without ``retrieve``, ``multipleOf`` above 256 or
+  with bounds other than 0, the complement of what :mod:`schema_not` cannot express (``not``,
   ``if``, overlapping ``oneOf``), ``unevaluated*`` whose evaluated set depends on the
   instance, ``patternProperties`` with different schemas, a listed name matching a
   pattern, or beside additional properties, ``propertyNames`` beside listed and
