@@ -189,6 +189,7 @@ class _Compiler:
         self.whitespace = whitespace
         self.additional_properties = additional_properties
         self.rules: dict[str, str] = {}
+        self.bodies: dict[str, str] = {}  # rule body -> the first rule with it
         self.terminals: dict[str, str] = {}  # regex -> terminal name
         self.memo: dict[int, str | None] = {}  # id(schema node) -> rule (None: no value)
         self.keep: list[Any] = []  # merged nodes, alive so their ids stay unique
@@ -221,8 +222,17 @@ class _Compiler:
         return self.terminals[regex]
 
     def rule(self, body_alternatives: list[str], name: str | None = None) -> str:
-        name = name or self.new_name()
-        self.rules[name] = " | ".join(body_alternatives)
+        """A rule with these alternatives (``name``: that rule's); an unnamed one with
+        the body of an existing rule is that rule (one language, one rule: unions of
+        equal parts reduce one way)."""
+        body = " | ".join(body_alternatives)
+        if name is None:
+            if body in self.bodies:
+                return self.bodies[body]
+            name = self.new_name()
+        self.rules[name] = body
+        if body:
+            self.bodies.setdefault(body, name)
         return name
 
     def new_name(self) -> str:
@@ -322,10 +332,23 @@ class _Compiler:
             kept.append(option)
         if keyword == "oneOf" and not _pairwise_disjoint([b for b, _ in branches]):
             branches = self.exclusive(branches, kept, where)
-        rules = [self.value(b, w, depth + 1) for b, w in branches]
-        if "any_value" in rules:  # one branch takes every value: so does the union
-            return ["any_value"]
-        return [r for r in rules if r is not None]
+        # The branches' alternatives side by side, each once: a value two branches
+        # accept the same way reduces one way.
+        out: list[str] = []
+        for branch, at in branches:
+            for alternative in self.branch_alternatives(branch, at, depth + 1):
+                if alternative not in out:
+                    out.append(alternative)
+        return ["any_value"] if "any_value" in out else out
+
+    def branch_alternatives(self, branch: Any, where: str, depth: int) -> list[str]:
+        if branch is False:
+            return []
+        if branch is True or not _constrains(branch):
+            return [self.any_value()]
+        if not isinstance(branch, dict):
+            raise ConstraintError(f"schema at {where} must be an object or a boolean")
+        return self.alternatives(branch, where, depth)
 
     def exclusive(self, branches: list[tuple[Any, str]], options: list[Any],
                   where: str) -> list[tuple[Any, str]]:
