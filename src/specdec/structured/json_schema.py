@@ -76,7 +76,7 @@ from specdec.structured.schema_multiple import (
     common_multiple,
     decimal_places,
     decimal_regex,
-    integer_multiples,
+    integer_residues,
     multiple_of,
 )
 from specdec.structured.schema_not import (
@@ -84,6 +84,7 @@ from specdec.structured.schema_not import (
     INTERNAL,
     NON_INTEGER,
     NOT_IN,
+    NOT_MULTIPLE,
     conditional,
     dependent_schemas,
     has_dependent_schemas,
@@ -525,14 +526,20 @@ class _Compiler:
         if lo is not None and hi is not None and lo > hi:
             return None
         step = multiple_of(node, where)
-        if step is not None and step.numerator > 1:
-            return self.multiples(step.numerator, lo, hi, where)
+        avoid = node.get(NOT_MULTIPLE)
+        if step is not None and step.numerator > 1 or avoid:
+            return self.multiples(1 if step is None else step.numerator, avoid, lo, hi, where)
         regex = INTEGER if lo is None and hi is None else int_range_regex(lo, hi)
         return self.terminal(regex)
 
     def type_number(self, node, where):
+        if NOT_MULTIPLE in node:  # integers only (see schema_not)
+            return self.type_integer(node, where)
         if node.get(NON_INTEGER):
-            if "multipleOf" in node:
+            step = multiple_of(node, where)
+            if step is not None and step.denominator == 1:
+                return None  # no number with a fraction is a multiple of an integer
+            if step is not None:
                 raise UnsupportedSchemaError(
                     f"multipleOf on the complement of integers at {where} is not supported")
             if not any(k in node for k in NUMBER_BOUNDS):
@@ -554,13 +561,16 @@ class _Compiler:
         regex = number_range_regex(*_number_bounds(node, where))
         return None if regex is None else self.terminal(regex)
 
-    def multiples(self, p: int, lo: int | None, hi: int | None, where: str) -> str:
-        """Integer multiples of ``p`` between ``lo`` and ``hi``: bounds only at 0."""
+    def multiples(self, p: int, avoid: int | None, lo: int | None, hi: int | None,
+                  where: str) -> str | None:
+        """Integer multiples of ``p`` (not of ``avoid``) between ``lo`` and ``hi``:
+        bounds only at 0."""
         if lo not in (None, 0, 1) or hi not in (None, 0, -1):
             raise UnsupportedSchemaError(
                 f"multipleOf with bounds other than 0 at {where} is not supported")
         signs = (lo is None, lo in (None, 0) and hi in (None, 0), hi is None)
-        return self.rule(integer_multiples(p, self.rule, where, signs))
+        alternatives = integer_residues(p, avoid, self.rule, where, signs)
+        return self.rule(alternatives) if alternatives else None
 
     def type_string(self, node, where):
         regex = string_regex(node, where)

@@ -54,33 +54,36 @@ def decimal_places(step: Fraction) -> int | None:
     return d if q == 1 else None
 
 
-def integer_multiples(p: int, rule: Callable[[list[str], str | None], str], where: str,
-                      signs: tuple[bool, bool, bool] = (True, True, True)) -> list[str]:
-    """Alternatives of a rule matching the JSON integers that are multiples of ``p``
-    (``rule(alternatives, name)`` makes rules); ``signs``: negative, zero, positive ones
-    allowed."""
-    if p > MAX_MODULUS:
+def integer_residues(p: int, avoid: int | None, rule: Callable[[list[str], str | None], str],
+                     where: str, signs: tuple[bool, bool, bool] = (True, True, True)
+                     ) -> list[str]:
+    """Alternatives of a rule matching the JSON integers that are multiples of ``p`` and
+    (``avoid``) not of ``avoid`` (``rule(alternatives, name)`` makes rules); ``signs``:
+    negative, zero, positive ones allowed. Divisibility ignores the sign."""
+    modulus = math.lcm(p, avoid) if avoid else p
+    if modulus > MAX_MODULUS:
         raise UnsupportedSchemaError(
-            f"multipleOf at {where}: multiples of {p} (above {MAX_MODULUS}) are not supported")
+            f"multipleOf at {where}: residues modulo {modulus} (above {MAX_MODULUS}) "
+            "are not supported")
+    accept = {r for r in range(modulus) if r % p == 0 and not (avoid and r % avoid == 0)}
+    if not accept:
+        return []
     names: dict[int, str] = {}
 
-    def rest(r: int) -> str:  # the digits after a prefix of residue r, ending at residue 0
-        if r not in names:
+    def step(r: int, d: int) -> str:  # digit d after a prefix of residue r
+        t = (10 * r + d) % modulus
+        return f"{DIGITS[d]} [{rest(t)}]" if t in accept else f"{DIGITS[d]} {rest(t)}"
+
+    def rest(r: int) -> str:  # the digits after a prefix of residue r, ending accepted
+        if r not in names:  # every residue reaches an accepted one (10^j >= modulus)
             names[r] = rule([], None)
-            options = []
-            for d in range(10):
-                t = (10 * r + d) % p
-                options.append(f"{DIGITS[d]} [{rest(0)}]" if t == 0 else f"{DIGITS[d]} {rest(t)}")
-            rule(options, names[r])
+            rule([step(r, d) for d in range(10)], names[r])
         return names[r]
 
-    starts = []
-    for d in range(1, 10):
-        r = d % p
-        starts.append(f"{DIGITS[d]} [{rest(0)}]" if r == 0 else f"{DIGITS[d]} {rest(r)}")
-    magnitude = rule(starts, None)
+    magnitude = rule([step(0, d) for d in range(1, 10)], None)
     negative, zero, positive = signs
-    return [alt for alt, allowed in ((f'"-" {magnitude}', negative), (DIGITS[0], zero),
+    return [alt for alt, allowed in ((f'"-" {magnitude}', negative),
+                                     (DIGITS[0], zero and 0 in accept),
                                      (magnitude, positive)) if allowed]
 
 

@@ -23,7 +23,8 @@ from specdec.structured.errors import UnsupportedSchemaError
 
 NON_INTEGER = "x-specdec-non-integer"  # true: numbers with a non-zero fraction only
 NOT_IN = "x-specdec-not-in"  # [strings]: strings other than these
-INTERNAL = frozenset({NON_INTEGER, NOT_IN})
+NOT_MULTIPLE = "x-specdec-not-multiple-of"  # k: integers that are not multiples of k
+INTERNAL = frozenset({NON_INTEGER, NOT_IN, NOT_MULTIPLE})
 CONDITIONAL = ("if", "then", "else")
 SCALAR_TYPES = ("null", "boolean", "string", "array", "object")
 # keyword -> (the type it constrains, the keyword and value of its violation)
@@ -38,6 +39,7 @@ _VIOLATIONS: dict[str, tuple[str, Callable[[Any], tuple[str, Any] | None]]] = {
     "maxItems": ("array", lambda n: ("minItems", n + 1)),
 }
 NEGATABLE = frozenset({"type", "const", "enum", "properties", "required", "not", "anyOf",
+                       "multipleOf",
                        *_VIOLATIONS})
 
 
@@ -69,6 +71,8 @@ def negate(node: Any, is_keyword: Callable[[str], bool], where: str) -> Any:
     for keyword, (kind, violation) in _VIOLATIONS.items():
         if keyword in node:
             pieces += _violating(kind, types, violation(node[keyword]))
+    if "multipleOf" in node:
+        pieces += _not_multiple(node["multipleOf"], types, where)
     for name, sub in (node.get("properties") or {}).items():
         if "object" in types:
             pieces.append({"type": "object", "required": [name],
@@ -140,6 +144,20 @@ def _violating(kind: str, types: set[str], violation: tuple[str, Any] | None) ->
         return []  # the keyword does not apply to the types allowed
     keyword, value = violation
     return [{"type": kind, keyword: value}]
+
+
+def _not_multiple(step: Any, types: set[str], where: str) -> list[dict]:
+    """The integers that are not multiples of the whole number ``step``. Numbers with a
+    fraction are not multiples either, but are left out (a generation-time restriction:
+    the digit-by-digit rules of the integers cannot share a position with a number
+    regex that may continue them)."""
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0 \
+            or not float(step).is_integer():
+        raise UnsupportedSchemaError(
+            f"not at {where}: the complement of multipleOf {step!r} is not supported")
+    if "integer" not in types or step == 1:
+        return []
+    return [{"type": "integer", NOT_MULTIPLE: int(step)}]
 
 
 def _outside_values(values: list[Any], where: str) -> list[dict]:

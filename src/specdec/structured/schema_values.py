@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from specdec.structured.schema_multiple import exact, is_multiple
-from specdec.structured.schema_not import NON_INTEGER, NOT_IN
+from specdec.structured.schema_not import NON_INTEGER, NOT_IN, NOT_MULTIPLE
 
 _NUMBER_CHECKS = {
     "minimum": lambda x, b: x >= b,
@@ -21,7 +21,8 @@ _NUMBER_CHECKS = {
 }
 _SIZE_CHECKS = {"minLength": (str, min), "maxLength": (str, max),
                 "minItems": (list, min), "maxItems": (list, max)}
-EVALUATED = frozenset({*_NUMBER_CHECKS, *_SIZE_CHECKS, NON_INTEGER, NOT_IN, "multipleOf"})
+EVALUATED = frozenset({*_NUMBER_CHECKS, *_SIZE_CHECKS, NON_INTEGER, NOT_IN, NOT_MULTIPLE,
+                       "multipleOf"})
 
 
 def satisfies(value: Any, node: dict) -> bool:
@@ -42,5 +43,8 @@ def satisfies(value: Any, node: dict) -> bool:
     step = node.get("multipleOf")
     if number and isinstance(step, (int, float, Fraction)) and not isinstance(step, bool) \
             and step > 0 and not is_multiple(value, exact(step)):
+        return False
+    avoid = node.get(NOT_MULTIPLE)
+    if number and avoid and (not float(value).is_integer() or is_multiple(value, exact(avoid))):
         return False
     return not (isinstance(value, str) and value in node.get(NOT_IN, ()))
