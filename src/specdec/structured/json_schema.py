@@ -20,7 +20,8 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   (:mod:`schema_multiple`), ``anyOf``, ``oneOf`` (alternatives that cannot overlap, or
   each made exclusive with the complement of the others), ``not`` and ``if``/``then``/
   ``else`` where the complement is expressible (:mod:`schema_not`: ``type``, scalar
-  ``const``/``enum``, bounds, lengths, ``properties``, ``required``, ``anyOf``),
+  ``const``/``enum``, bounds, lengths, whole ``multipleOf``, ``properties``,
+  ``required``, ``anyOf``),
   ``allOf`` and ``$ref`` beside other keywords (merged: bounds to the tighter one,
   ``multipleOf`` to the least common multiple, ``not`` to ``not`` ``anyOf``,
   ``properties``/``additionalProperties`` and ``prefixItems``/``items`` position by

@@ -2,14 +2,15 @@
 
 ``negate(schema)`` is a schema accepting exactly the values ``schema`` rejects, for the
 subschemas whose complement is expressible: ``type``, ``const``/``enum`` of scalars,
-whole-number bounds, string and array length bounds, ``properties``, ``required``,
-``not`` and ``anyOf`` alone (none of its alternatives). A conjunction of keywords
+bounds, string and array length bounds, a whole ``multipleOf``, ``properties``,
+``required``, ``not`` and ``anyOf`` alone (none of its alternatives). A conjunction of keywords
 fails when one of them does, so the complement is the union of: the values of the
 other types, the values outside ``const``/``enum``, and per keyword the values of its
 type that violate it. Anything else is refused by name.
 
-Two internal keywords carry what plain keywords cannot say: :data:`NON_INTEGER`
-(numbers with a non-zero fraction) and :data:`NOT_IN` (strings other than these).
+Internal keywords carry what plain keywords cannot say: :data:`NON_INTEGER` (numbers
+with a non-zero fraction), :data:`NOT_IN` (strings other than these) and
+:data:`NOT_MULTIPLE` (integers off the multiples of k).
 """
 
 from __future__ import annotations
