@@ -139,7 +139,8 @@ def test_bad_constraints_are_rejected_before_generation(llm):
     params = SamplingParams(max_tokens=4)
     for options, message in [({"grammar": "start: nope"}, "invalid Lark grammar"),
                              ({"regex": "(x"}, "invalid regex"),
-                             ({"json_schema": {"type": "integer", "multipleOf": 2}}, "multipleOf")]:
+                             ({"json_schema": {"type": "array", "uniqueItems": True}},
+                              "uniqueItems")]:
         with pytest.raises(ValueError, match=message):
             llm.generate("hi", params, **options)
     assert llm.stats()["num_running"] == 0 and llm.stats()["num_waiting"] == 0
