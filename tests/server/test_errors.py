@@ -26,8 +26,8 @@ def assert_openai_error(exc: openai.APIStatusError, status: int, words: str) -> 
     (dict(n=2), "n=1"),
     (dict(logprobs=50), "logprobs"),
     (dict(extra_body={"guided_regex": "("}), "regex"),
-    (dict(extra_body={"guided_json": {"type": "object", "properties": {"a": {"not": {}}}}}),
-     "not"),
+    (dict(extra_body={"guided_json": {"type": "object", "properties": {
+        "a": {"type": "array", "uniqueItems": True}}}}), "uniqueItems"),
     (dict(extra_body={"guided_json": "{not json"}), "json"),
     (dict(extra_body={"guided_grammar": "start: undefined_rule"}), "grammar"),
     (dict(extra_body={"guided_choice": []}), "choice"),
@@ -53,9 +53,9 @@ def test_bad_response_format_is_400(client):
     for fmt, words in [({"type": "yaml"}, "not supported"),
                        ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
                        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {
-                           "type": "object", "properties": {"x": {"type": "number",
-                                                                  "minimum": 1.5}}}}},
-                        "minimum")]:
+                           "type": "object", "properties": {"x": {"type": "array",
+                                                                  "uniqueItems": True}}}}},
+                        "uniqueItems")]:
         with pytest.raises(openai.BadRequestError) as info:
             client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4,
                                            response_format=fmt)
