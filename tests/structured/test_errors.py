@@ -39,3 +39,12 @@ def test_unsupported_schema_keywords_are_named(compile_for, schema, keyword):
 
 def test_errors_are_value_errors():
     assert issubclass(ConstraintError, ValueError)
+
+
+def test_the_compilers_internal_keywords_are_refused_in_client_schemas():
+    from specdec.structured.json_schema import schema_to_lark
+
+    with pytest.raises(UnsupportedSchemaError, match="x-specdec-not-in.*reserved"):
+        schema_to_lark({"type": "object", "properties": {
+            "a": {"type": "string", "x-specdec-not-in": ["b"]}}})
+    schema_to_lark({"type": "string", "x-vendor": 1})  # other x-* keywords are ignored

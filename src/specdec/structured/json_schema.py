@@ -178,9 +178,30 @@ def schema_to_lark(schema: Any, whitespace: str | None = None, strict: bool = Fa
                          f"got {additional_properties!r}")
     if not isinstance(schema, bool):
         schema = schema_to_dict(schema)
+        _refuse_internal_keywords(schema)
     mode = "closed" if strict else additional_properties
     return _Compiler(schema, whitespace or COMPACT_WHITESPACE, mode, retrieve,
                      default_draft).grammar()
+
+
+INTERNAL_PREFIX = "x-specdec-"  # keywords the compiler writes for complements (schema_not)
+
+
+def _refuse_internal_keywords(schema: Any) -> None:
+    """A client's schema may not spell the compiler's internal keywords: they would change
+    what it means (vendor ``x-*`` keywords are otherwise ignored, as the spec says)."""
+    stack = [(schema, "#")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(key, str) and key.startswith(INTERNAL_PREFIX):
+                    raise UnsupportedSchemaError(
+                        f"{key} at {where}: keywords starting with {INTERNAL_PREFIX} are "
+                        "reserved for the compiler")
+                stack.append((value, f"{where}/{key}"))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}/{i}") for i, item in enumerate(node))
 
 
 class _Compiler:
