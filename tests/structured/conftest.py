@@ -33,3 +33,16 @@ def accepts(tokenizer):
         return all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
 
     return accepts_
+
+
+@pytest.fixture(scope="session")
+def accepts_exactly(accepts):
+    """``accepts_exactly(compiled, good, bad)``: every good text accepted, every bad one not."""
+
+    def accepts_exactly_(compiled, good: list[str], bad: list[str]) -> None:
+        for text in good:
+            assert accepts(compiled, text), f"valid {text!r} rejected"
+        for text in bad:
+            assert not accepts(compiled, text), f"invalid {text!r} accepted"
+
+    return accepts_exactly_

@@ -1,7 +1,7 @@
 """The peers of ``specdec bench structured``: llguidance and xgrammar, when installed.
 
 Each peer gets the same constraint and the same tokenizer and is timed the way specdec
-is (:func:`specdec.bench.structured._mask_bench`): a cold compile (no compiler cache),
+is (:func:`specdec.bench.structured._mask_and_compile`): a cold compile (no compiler cache),
 then the next-token bitmask before every token of the same documents. A peer that is
 not installed, or cannot take a constraint, is reported as such; it is never required.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from specdec.bench.workload import percentile
 
-# constraint kind -> how the peer spells it; json.lark has no peer spelling: each peer's
-# own JSON grammar stands in for it (same language: any JSON value).
+# {"json_schema": ...}, {"regex": ...} or {"grammar": "json.lark"}; json.lark has no peer
+# spelling: each peer's own any-JSON grammar stands in for it (the same language).
 Constraint = dict[str, Any]
 
 

@@ -68,10 +68,6 @@ class ByteTrie:
         index = np.repeat(first[nodes] - (ends - counts), counts) + np.arange(total)
         return order[index]
 
-    def token_mask(self, node_mask: np.ndarray) -> np.ndarray:
-        """bool ``[vocab_size]`` from bool ``[num_nodes]`` (``node_mask[ROOT]`` must be False)."""
-        return node_mask[self.token_node]
-
 
 def build_byte_trie(token_bytes: list[bytes | None], vocab_size: int) -> ByteTrie:
     """The trie of every non-empty ``token_bytes[i]`` (vectorised over depths)."""

@@ -27,7 +27,6 @@ from typing import Any
 from specdec.paths import structured_dir
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
-from specdec.structured.cfg.prewalk import terminals_fingerprint
 from specdec.structured.cfg.walk_store import SHARED as SHARED_WALKS
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
 from specdec.structured.compile_worker import ProcessCompiler
@@ -172,8 +171,7 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
             if use_disk_cache:
                 _disk.store(path, data)
             loaded = (None, len(data))
-        compiled.warm_shared_walks()  # here, not in the first masks on the engine thread
-        compiled.mask_for(compiled.initial_state)  # warm the first step
+        compiled.warm_up()  # here, not in the first masks on the engine thread
         return compiled, tables_bytes + loaded[1]
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")
     index, nbytes = _cached_artifact(path, use_disk_cache,
@@ -205,8 +203,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
         elif on_valid is not None:
             on_valid()
         compiled = CompiledGrammar(tables[0], vocab, walks[0])
-        compiled.warm_shared_walks()  # here, not in the first masks on the engine thread
-        compiled.mask_for(compiled.initial_state)  # warm the first step
+        compiled.warm_up()  # here, not in the first masks on the engine thread
         return compiled, tables[1] + walks[1]
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")
     loaded = _disk.load(path) if use_disk_cache else None
@@ -234,7 +231,7 @@ def _regex_index(pattern: str, vocab: TokenVocabulary, send) -> bytes:
 
 
 def _walks_path(tables: GrammarTables, vocab: TokenVocabulary) -> Path:
-    return _cache_path(f"{terminals_fingerprint(tables.terminals)}-{vocab.fingerprint}", "walks")
+    return _cache_path(f"{tables.terminals_fingerprint()}-{vocab.fingerprint}", "walks")
 
 
 def _cached_artifact(path: Path, use_disk_cache: bool, build) -> tuple[Any, int]:

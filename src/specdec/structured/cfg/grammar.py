@@ -11,6 +11,7 @@ number, or at any nesting pattern seen before, a step is a dictionary hit.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 import numpy as np
@@ -73,12 +74,19 @@ class GrammarTables:
             self.terminals.append(Terminal(t.name, dfa, t.priority,
                                            isinstance(t.pattern, PatternStr)))
         self.index = {t.name: i for i, t in enumerate(self.terminals)}
-        self.terminal_keys = [dfa_fingerprint(t.dfa) for t in self.terminals]
+        self.terminal_keys = [dfa_fingerprint(t.dfa) for t in self.terminals]  # walk-store keys
         # "// specdec-lexer: basic" in the grammar: lex every terminal everywhere (lark's
         # basic lexer; keywords are reserved: "SELECTx" is one NAME, not SELECT + x).
         self.basic_lexer = BASIC_LEXER_DIRECTIVE in text
         self.ignore = frozenset(self.index[name] for name in lark.ignore_tokens)
         self.lalr = LALRTable(lark.parser.parser.parser.parse_table)
+
+    def terminals_fingerprint(self) -> str:
+        """A hash of everything a walk depends on besides the vocabulary."""
+        h = hashlib.blake2b(digest_size=16)
+        for terminal, key in zip(self.terminals, self.terminal_keys, strict=True):
+            h.update(repr((terminal.name, terminal.rank, key)).encode())
+        return h.hexdigest()
 
 
 class CompiledGrammar:
@@ -107,29 +115,27 @@ class CompiledGrammar:
 
     def prewalk(self) -> dict[tuple, WalkResult]:
         """Do the compile-time walks of :mod:`.prewalk`; returns them (for the disk cache)."""
-        walks = prewalk(self.tables.terminals, self._lexers[self.initial_state[1]], self._trie)
+        walks = prewalk(self._lexers[self.initial_state[1]], self._trie)
         self._walks.update(walks)
         return walks
 
-    def warm_shared_walks(self, per_terminal: int = DEAR_STATES_PER_TERMINAL) -> int:
-        """Walk now, off the engine thread, the dear single-terminal states (inside a
-        string: nearly every byte continues, so the walk visits the whole vocabulary)
-        that the process-wide store lacks; the first masks then never pay them. Returns
-        how many walks ran (0 once a terminal has been seen by any grammar)."""
-        done = 0
+    def warm_up(self) -> None:
+        """Do now, off the engine thread, what the first masks would otherwise pay: the
+        dear single-terminal walks the process-wide store lacks, and the first mask."""
+        self.warm_shared_walks()
+        self.mask_for(self.initial_state)
+
+    def warm_shared_walks(self, per_terminal: int = DEAR_STATES_PER_TERMINAL) -> None:
+        """Walk the dear single-terminal states (inside a string: nearly every byte
+        continues, so the walk visits the whole vocabulary) into the shared store."""
         for index, terminal in enumerate(self.tables.terminals):
             table = terminal.dfa.table
             dear = np.flatnonzero((table >= 0).sum(axis=1) >= DEAR_FANOUT)
             dear = dear[dear > 0][:per_terminal]
-            if not dear.size:
-                continue
-            lexer = build_lexer_dfa(self.tables.terminals, frozenset([index]))
-            for q in dear.tolist():
-                key = (self.vocab.fingerprint, self.tables.terminal_keys[index], q)
-                if SHARED.get(key, index) is None:
-                    SHARED.put(key, walk_from_root(lexer, q, self._trie))
-                    done += 1
-        return done
+            if dear.size:
+                lexer = build_lexer_dfa(self.tables.terminals, frozenset([index]))
+                for q in dear.tolist():
+                    self._shared_walk(lexer, q, index, q)
 
     # ------------------------------------------------------------ lexer contexts
 
@@ -222,10 +228,16 @@ class CompiledGrammar:
         if len(live) != 1:
             return walk_from_root(self._lexers[tset], q, self._trie)
         ((terminal, terminal_state),) = live
+        return self._shared_walk(self._lexers[tset], q, terminal, terminal_state)
+
+    def _shared_walk(self, lexer: LexerDFA, q: int, terminal: int,
+                     terminal_state: int) -> WalkResult:
+        """The walk from ``lexer`` state ``q``, where only ``terminal`` is alive (in
+        ``terminal_state``): from the shared store, walked and stored if missing."""
         key = (self.vocab.fingerprint, self.tables.terminal_keys[terminal], terminal_state)
         result = SHARED.get(key, terminal)
         if result is None:
-            result = walk_from_root(self._lexers[tset], q, self._trie)
+            result = walk_from_root(lexer, q, self._trie)
             SHARED.put(key, result)
         return result
 

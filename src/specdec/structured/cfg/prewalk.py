@@ -10,22 +10,19 @@ compile time are the start context's states where several terminals are still al
 
 Walks are keyed by the live (terminal, terminal state) pairs, so they serve every
 lexer context, and they are stored in the compile cache next to the grammar tables,
-keyed by :func:`terminals_fingerprint` and the vocabulary.
+keyed by :meth:`GrammarTables.terminals_fingerprint` and the vocabulary.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 from specdec.structured.byte_trie import ByteTrie
-from specdec.structured.cfg.lexer import LexerDFA, Terminal
+from specdec.structured.cfg.lexer import LexerDFA
 from specdec.structured.cfg.token_walk import WalkResult, walk_from_root
 
 WalkKey = tuple  # (live pairs,) for a walk over the whole vocabulary
 
 
-def prewalk(terminals: list[Terminal], start_lexer: LexerDFA,
-            trie: ByteTrie) -> dict[WalkKey, WalkResult]:
+def prewalk(start_lexer: LexerDFA, trie: ByteTrie) -> dict[WalkKey, WalkResult]:
     """Whole-vocabulary walks from the states listed in the module docstring."""
     walks: dict[WalkKey, WalkResult] = {}
     for q in range(1, start_lexer.num_states):  # state 0 (no lexeme yet): context-specific
@@ -34,12 +31,3 @@ def prewalk(terminals: list[Terminal], start_lexer: LexerDFA,
             walks[key] = walk_from_root(start_lexer, q, trie)
     return walks
 
-
-def terminals_fingerprint(terminals: list[Terminal]) -> str:
-    """A hash of everything a walk depends on besides the vocabulary."""
-    h = hashlib.blake2b(digest_size=16)
-    for t in terminals:
-        h.update(repr((t.name, t.rank, t.dfa.table.shape)).encode())
-        h.update(t.dfa.table.tobytes())
-        h.update(t.dfa.accepting.tobytes())
-    return h.hexdigest()

@@ -39,8 +39,6 @@ class WalkStore:
     def __init__(self, max_bytes: int = MAX_BYTES):
         self.max_bytes = max_bytes
         self.nbytes = 0
-        self.hits = 0
-        self.misses = 0
         self._entries: OrderedDict[Key, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -48,10 +46,8 @@ class WalkStore:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                self.misses += 1
                 return None
             self._entries.move_to_end(key)
-            self.hits += 1
         inside, closing = entry
         return WalkResult(inside, {} if closing is None else {terminal: closing})
 
