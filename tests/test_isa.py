@@ -102,7 +102,7 @@ def test_auto_dtype_cache_is_keyed_by_level_and_flags(monkeypatch, tmp_path):
 
 
 def test_onednn_packing_only_from_avx512(monkeypatch):
-    from specdec.model import packed_linear
+    from specdec.model import packed_linear, weight_info
 
     monkeypatch.setattr(isa, "level", lambda: "avx2")
     monkeypatch.setattr(isa, "cpu_flags", lambda: frozenset(ZEN3))
@@ -111,7 +111,7 @@ def test_onednn_packing_only_from_avx512(monkeypatch):
         assert packed_linear.available() is False
         model = torch.nn.Sequential(torch.nn.Linear(32, 32, dtype=torch.bfloat16))
         assert packed_linear.pack_linears(model, 4) is False
-        assert packed_linear.weight_layout(model) == "plain"
+        assert weight_info.weight_layout(model) == "plain"
     finally:
         packed_linear.available.cache_clear()
 

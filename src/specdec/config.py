@@ -6,12 +6,16 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("auto", "gguf", "none")
 
 
 @dataclass
 class EngineConfig:
     model: str | None = None  # local HF dir or .gguf path; None = bundled SmolLM2-135M-Instruct
     dtype: str = "auto"  # "auto" measures bf16 vs fp32 matmul speed and takes the faster
+    # A GGUF model's weights: "gguf" keeps its quantized blocks (the fused kernels' GGUF
+    # projections), "none" dequantizes them to ``dtype``; "auto" picks (model/weights.py).
+    quantization: str = "auto"
     block_size: int = 16
     kv_cache_memory_gb: float = 1.0  # KV pool budget; ignored when num_kv_blocks is set
     num_kv_blocks: int | None = None
@@ -34,6 +38,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, "
+                             f"got {self.quantization!r}")
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:

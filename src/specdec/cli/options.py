@@ -13,7 +13,7 @@ import argparse
 from dataclasses import MISSING, fields
 from typing import Any
 
-from specdec.config import EngineConfig
+from specdec.config import QUANTIZATIONS, EngineConfig
 from specdec.sampling_params import SamplingParams
 from specdec.speculative.config import METHODS, SpeculativeConfig
 
@@ -45,6 +45,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=engine("model"),
                         help="local HF dir or .gguf (default: SmolLM2)")
     parser.add_argument("--dtype", default=engine("dtype"), choices=list(CLI_DTYPES))
+    parser.add_argument("--quantization", default=engine("quantization"),
+                        choices=list(QUANTIZATIONS),
+                        help="a .gguf model: gguf keeps its quantized weights, none "
+                             "dequantizes them (auto: gguf where the kernels run it)")
     parser.add_argument("--max-num-seqs", type=int, default=engine("max_num_seqs"))
     parser.add_argument("--max-num-batched-tokens", type=int,
                         default=engine("max_num_batched_tokens"))
@@ -73,6 +77,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(
         model=args.model,
         dtype=args.dtype,
+        quantization=args.quantization,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=args.enable_prefix_caching,

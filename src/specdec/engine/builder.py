@@ -16,7 +16,7 @@ from specdec.config import EngineConfig
 from specdec.core.kv_cache_manager import KVCacheManager
 from specdec.core.model_runner import ModelRunner
 from specdec.core.scheduler import Scheduler, SchedulerConfig
-from specdec.model import loader
+from specdec.model import loader, quantization
 from specdec.model.builder import build_model, load_hf_config, resolve_dtype
 from specdec.model.packed_linear import pack_linears
 from specdec.model.registry import ModelRegistry
@@ -64,6 +64,10 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         kv,
     )
     kernels = cpu_kernels.load() if config.fused_kernels else None
+    gguf_path = loader.gguf_file(config.model)
+    weight_format = quantization.choose(config.quantization, gguf_path, kernels)
+    if weight_format == "gguf":
+        quantization.keep_gguf_blocks(model, gguf_path, model_config, kernels)
     if config.fused_kernels:
         pack_linears(model, config.max_num_seqs, kernels)
     return EngineParts(

@@ -26,8 +26,8 @@ from specdec.engine.builder import build_engine_parts
 from specdec.engine.output_processor import OutputProcessor
 from specdec.engine.validation import RequestRejectedError, RequestValidator
 from specdec.engine_context import EngineContext
-from specdec.model.packed_linear import weight_layout
 from specdec.model.registry import ModelRegistry
+from specdec.model.weight_info import resident_weight_bytes, weight_layout
 from specdec.outputs import RequestOutput
 from specdec.plugins.caller import HookCaller, PluginError
 from specdec.plugins.manager import make_plugin_manager
@@ -65,6 +65,7 @@ class LLMEngine:
         self.kv, self.scheduler = parts.kv, parts.scheduler
         self.kernels, self.runner, self.sampler = parts.kernels, parts.runner, parts.sampler
         self.eos_token_ids = parts.eos_token_ids
+        self.weight_bytes = resident_weight_bytes(self.model)  # measured once: fixed after load
         self.vocab_size = self.model_config.vocab_size
         self.requests: dict[str, Request] = {}  # live requests by id
         self.outputs = OutputProcessor(self.tokenizer, self.eos_token_ids)
@@ -257,6 +258,7 @@ class LLMEngine:
             dtype=str(self.dtype).removeprefix("torch."),
             isa=isa.level(),
             weight_layout=weight_layout(self.model),
+            weight_bytes=self.weight_bytes,
             fused_kernels=self.runner.kernels is not None,
         )
         extras, failures = self.hooks.every("specdec_stats")

@@ -63,6 +63,12 @@ def resolve_model_dir(model: str | os.PathLike | None) -> Path:
     )
 
 
+def gguf_file(model: str | os.PathLike | None) -> Path | None:
+    """The .gguf file ``model`` names (None = the bundled default), or None for a directory."""
+    path = default_model_path() if model is None else Path(model).expanduser()
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
 def _file_digest(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "blake2b").hexdigest()[:32]

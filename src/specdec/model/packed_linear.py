@@ -54,20 +54,6 @@ def available() -> bool:
     return True
 
 
-def weight_layout(model: nn.Module) -> str:
-    """How the model's projection weights are held, for stats and logs: "amx-tiles"
-    (with a oneDNN copy for long prompts), "onednn-packed", "int8" or "plain"."""
-    kinds = set()
-    for module in model.modules():
-        if type(module) is PackedLinear:
-            kinds.add("amx-tiles" if module.tiles is not None else "onednn-packed")
-        elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
-            kinds.add("int8")
-        elif type(module) is nn.Linear:
-            kinds.add("plain")
-    return "+".join(sorted(kinds)) or "plain"
-
-
 class PackedLinear(nn.Module):
     """A bf16 projection with its weight pre-packed for oneDNN and, where the fused
     kernels have AMX projections and the shape suits them (``tiles``), also for
@@ -105,7 +91,8 @@ def pack_linears(model: nn.Module, batch_hint: int, kernels=None) -> bool:
     With ``kernels`` (the fused kernels module) on a CPU with AMX, the projections
     also get ``tile_linear``'s layout. Returns False, changing nothing, where the
     model is not bf16 or oneDNN is missing."""
-    if next(model.parameters()).dtype != torch.bfloat16 or not available():
+    dtypes = {m.weight.dtype for m in model.modules() if type(m) is nn.Linear}
+    if dtypes != {torch.bfloat16} or not available():
         return False
     for module in list(model.modules()):
         for name, child in list(module.named_children()):

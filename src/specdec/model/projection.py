@@ -1,6 +1,6 @@
-"""A projection module (``nn.Linear``, ``PackedLinear``, an int8 weight-only module,
-or any other) run from Python, or described to the fused kernels as a ``Projection``
-whose kind names the matmul that runs it (``layer_weights.h``)."""
+"""A projection module (``nn.Linear``, ``PackedLinear``, ``GgufLinear``, an int8
+weight-only module, or any other) run from Python, or described to the fused kernels
+as a ``Projection`` whose kind names the matmul that runs it (``layer_weights.h``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from torch import nn
 
 from specdec.model import packed_linear
 from specdec.model.packed_linear import PackedLinear
+from specdec.model.quant_linear import GgufLinear
 
 
 def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torch.Tensor:
@@ -23,6 +24,8 @@ def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torc
         y = F.linear(x, module.weight, module.bias)
     elif kind is PackedLinear:
         y = packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
+    elif kind is GgufLinear:
+        y = module.kernels.project(x, module.projection)
     else:
         y = module(x)
     return y.float() if out_float else y
@@ -39,6 +42,8 @@ def kernel_projection(kernels, module: nn.Module):
         if module.tiles is not None:
             return kernels.Projection.amx_tiles(module.tiles, module.packed, module.bias)
         return kernels.Projection.onednn(module.packed, module.bias)
+    if kind is GgufLinear:
+        return module.projection
     if isinstance(getattr(module, "weight_int8", None), torch.Tensor):
         return kernels.Projection.int8(module.weight_int8, module.scales, module.bias)
     return kernels.Projection.module(module)

@@ -1,0 +1,55 @@
+"""How a model's weights are held, for ``LLM.stats()`` and the benchmarks' headers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec.model.packed_linear import PackedLinear
+from specdec.model.quant_linear import GgufEmbedding, GgufLinear
+
+
+def weight_layout(model: nn.Module) -> str:
+    """The projection weights' layouts: "amx-tiles" (with a oneDNN copy for long
+    prompts), "onednn-packed", "gguf-Q4_1" (per GGUF format), "int8" or "plain"."""
+    kinds = set()
+    for module in model.modules():
+        if type(module) is PackedLinear:
+            kinds.add("amx-tiles" if module.tiles is not None else "onednn-packed")
+        elif type(module) is GgufLinear:
+            kinds.update(f"gguf-{fmt}" for fmt in module.formats)
+        elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
+            kinds.add("int8")
+        elif type(module) is nn.Linear:
+            kinds.add("plain")
+    return "+".join(sorted(kinds)) or "plain"
+
+
+def resident_weight_bytes(model: nn.Module) -> int:
+    """Bytes the model's weights occupy: every parameter and buffer once (shared ones
+    once), GGUF projections as their kernels hold them, and both copies of a packed
+    projection (oneDNN's and the AMX tiles)."""
+    seen: set[int] = set()
+    total = 0
+
+    def add(t: torch.Tensor | None) -> None:
+        nonlocal total
+        if t is None or t.is_meta:
+            return
+        key = t.untyped_storage().data_ptr() if not t.is_mkldnn else id(t)
+        if key in seen:
+            return
+        seen.add(key)
+        total += t.numel() * t.element_size()
+
+    for module in model.modules():
+        if type(module) is GgufLinear:
+            total += module.nbytes
+        elif type(module) is PackedLinear:
+            add(module.packed)
+            add(module.tiles)
+        elif type(module) is GgufEmbedding:
+            add(module.blocks)
+    for tensor in [*model.parameters(), *model.buffers()]:
+        add(tensor)
+    return total
