@@ -59,7 +59,12 @@ from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 PLUGIN_NAME = "structured"
 EXTRA_OPTIONS = ("whitespace_pattern", "strict")  # strict: closed objects (OpenAI's)
 BACKEND_OPTIONS = (OPTION,)  # structured_backend: per engine and per request
+# A Lark grammar, regex or choice list past this is refused as too complex; a grammar file
+# a user ships is trusted with a long limit.
 DEFAULT_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_GRAMMAR_COMPILE_TIMEOUT", "60"))
+# JSON schemas come in request bodies: one that cannot compile within this is refused
+# ("grammar too complex") so a client cannot hold a compile worker for long.
+DEFAULT_SCHEMA_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_SCHEMA_COMPILE_TIMEOUT", "5"))
 # The longest request_added waits to learn whether a constraint compiles; past it the
 # request is queued blocked and a late compile error fails it instead of rejecting it.
 DEFAULT_VALIDATE_WAIT_S = float(os.environ.get("SPECDEC_GRAMMAR_VALIDATE_WAIT", "0.25"))
@@ -80,9 +85,11 @@ class RequestGrammar:
 
 class StructuredOutputPlugin:
     def __init__(self, compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
-                 validate_wait_s: float = DEFAULT_VALIDATE_WAIT_S):
+                 validate_wait_s: float = DEFAULT_VALIDATE_WAIT_S,
+                 schema_compile_timeout_s: float = DEFAULT_SCHEMA_COMPILE_TIMEOUT_S):
         self.compile_timeout_s = compile_timeout_s
-        self.validate_wait_s = min(validate_wait_s, compile_timeout_s)
+        self.schema_compile_timeout_s = schema_compile_timeout_s
+        self.validate_wait_s = min(validate_wait_s, compile_timeout_s, schema_compile_timeout_s)
         self.max_forced_drafts = 0
         self.vocab: TokenVocabulary | None = None
         self.backends = StructuredBackends()
@@ -161,7 +168,7 @@ class StructuredOutputPlugin:
         """
         valid = threading.Event()  # set once it is known to compile, or when done
         future = self._executor.submit(backend.compile, spec, on_valid=valid.set,
-                                       timeout_s=self.compile_timeout_s)
+                                       timeout_s=self.timeout_for(spec))
         future.add_done_callback(lambda _: valid.set())
         valid.wait(self.validate_wait_s)
         try:
@@ -175,12 +182,18 @@ class StructuredOutputPlugin:
                 raise
             raise ConstraintError(f"cannot compile {spec.origin}: {exc}") from None
 
+    def timeout_for(self, spec: ConstraintSpec) -> float:
+        """The compile limit of ``spec``: the short one for JSON schemas."""
+        if spec.origin == "json_schema":
+            return self.schema_compile_timeout_s
+        return self.compile_timeout_s
+
     def _compile_in_background(self, request, spec: ConstraintSpec, future: Future) -> None:
         state = RequestGrammar(spec)
         request.plugin_data[PLUGIN_NAME] = state
         self.counters["structured_requests"] += 1
         request.blocked_reason = f"compiling {spec.origin}"
-        left = self.compile_timeout_s - self.validate_wait_s  # the caller waited that long
+        left = self.timeout_for(spec) - self.validate_wait_s  # the caller waited that long
         state.timer = threading.Timer(left, self._timed_out, (request, state))
         state.timer.daemon = True
         state.timer.start()
@@ -209,7 +222,8 @@ class StructuredOutputPlugin:
             if state.matcher is None and state.error is None:
                 self.counters["structured_compile_errors"] += 1
                 state.error = str(CompileTimeoutError(
-                    f"compiling {state.spec.origin} took longer than {self.compile_timeout_s} s"
+                    f"grammar too complex: compiling {state.spec.origin} took longer than "
+                    f"{self.timeout_for(state.spec)} s"
                 ))
                 self._unblock(request)
 
