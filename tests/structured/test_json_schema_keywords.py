@@ -117,6 +117,15 @@ CASES = [
      ['{"foo":1,"bar":2}', '{"bar":2}', "1"], ['{"foo":"x","bar":2}']),
     ({"type": "object", "allOf": [{"not": {"required": ["a"]}}, {"not": {"required": ["b"]}}]},
      ["{}", '{"c":1}'], ['{"a":1}', '{"b":1}']),
+    # 1.0 is the integer 1: integers may be written with a zero fraction
+    ({"type": "integer"}, ["1", "1.0", "-0.00", "10.000"], ["1.5", "1.", "1e2", ".0"]),
+    ({"type": "integer", "minimum": 3}, ["3.0", "4"], ["2.0", "3.5"]),
+    ({"type": "integer", "multipleOf": 3}, ["3.0", "-9.00"], ["4.0", "3.3"]),
+    ({"not": {"type": "integer"}}, ["1.5"], ["1.0", "1"]),
+    # const/enum objects match in any member order, still without duplicates
+    ({"const": {"foo": "bar", "baz": [1, {"a": 1, "b": 2}]}},
+     ['{"baz":[1,{"b":2,"a":1}],"foo":"bar"}', '{"foo":"bar","baz":[1,{"a":1,"b":2}]}'],
+     ['{"foo":"bar"}', '{"foo":"bar","foo":"bar"}', '{"foo":"bar","baz":[1,{"a":1}]}']),
 ]
 
 

@@ -32,9 +32,10 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``uniqueItems: false``;
 * generation-time restrictions (stricter than the schema, documented): properties in
   the order written (listed ones, then additional ones spelled without escapes),
-  integers without a fraction (``1`` but not ``1.0``; also multiples of a fractional
-  ``multipleOf`` other than 10^-d, which are generated as integer multiples),
-  ``const``/``enum`` objects in the order written, ``format`` (date, time, date-time,
+  integers without an exponent (``1`` and ``1.0``, not ``1e0``; multiples of a
+  fractional ``multipleOf`` other than 10^-d are generated as integer multiples),
+  ``const``/``enum`` objects of more than 4 members (or a long regex) in the order
+  written (smaller ones in any order), ``format`` (date, time, date-time,
   uuid, email, ipv4, hostname, uri) enforced as its syntax (without RFC length limits),
   non-integer numbers (the complement of ``integer``) without an exponent, fractional
   bounds on numbers tightened to the whole numbers inside them (``minimum: 1.1`` as 2),
@@ -60,6 +61,7 @@ strict mode, ``strict=True``): only where ``additionalProperties`` allows them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -109,6 +111,8 @@ COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
 MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
 MAX_MERGE_DEPTH = 32
 MAX_DISTRIBUTED = 64  # alternatives of anyOf parts distributed over each other
+MAX_PERMUTED_MEMBERS = 4  # const/enum objects up to this size match in any member order
+MAX_PERMUTED_REGEX = 4096  # ... while the alternatives' regex stays this short
 
 # Validation keywords this compiler does not enforce: refused, never ignored.
 REFUSED = frozenset({"$recursiveRef"})
@@ -140,6 +144,9 @@ _UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems
 
 NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 INTEGER = r"-?(?:0|[1-9][0-9]*)"
+# An integer may be written with a zero fraction: 1.0 is the integer 1 (JSON Schema
+# counts values, not spellings).
+ZERO_FRACTION = r"\.0+"
 NON_INTEGER_NUMBER = r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"  # written without an exponent
 
 
@@ -550,9 +557,11 @@ class _Compiler:
         step = multiple_of(node, where)
         avoid = node.get(NOT_MULTIPLE)
         if step is not None and step.numerator > 1 or avoid:
-            return self.multiples(1 if step is None else step.numerator, avoid, lo, hi, where)
+            digits = self.multiples(1 if step is None else step.numerator, avoid, lo, hi, where)
+            return None if digits is None else self.rule(
+                [f"{digits} [{self.terminal(ZERO_FRACTION)}]"])
         regex = INTEGER if lo is None and hi is None else int_range_regex(lo, hi)
-        return self.terminal(regex)
+        return self.terminal(regex + f"(?:{ZERO_FRACTION})?")
 
     def type_number(self, node, where):
         if NOT_MULTIPLE in node:  # integers only (see schema_not)
@@ -893,8 +902,15 @@ def _value_regex(value: Any) -> str:
         return _number_regex(value)
     if isinstance(value, list):
         return r"\[" + ",".join(_value_regex(v) for v in value) + r"\]"
-    return r"\{" + ",".join(re.escape(json.dumps(k, ensure_ascii=False)) + ":" + _value_regex(v)
-                            for k, v in value.items()) + r"\}"
+    members = [re.escape(json.dumps(k, ensure_ascii=False)) + ":" + _value_regex(v)
+               for k, v in value.items()]
+    orders = [members]
+    if len(members) <= MAX_PERMUTED_MEMBERS:  # an object's members in any order
+        orders = [list(order) for order in itertools.permutations(members)]
+        if sum(map(len, itertools.chain(*orders))) > MAX_PERMUTED_REGEX:
+            orders = [members]  # too large: the order written (a generation-time restriction)
+    bodies = [r"\{" + ",".join(order) + r"\}" for order in orders]
+    return bodies[0] if len(bodies) == 1 else "(?:" + "|".join(bodies) + ")"
 
 
 def _number_regex(value: int | float) -> str:
