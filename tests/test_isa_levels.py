@@ -20,6 +20,7 @@ PER_LEVEL_TESTS = [
     "tests/test_kernels_build.py",
     "tests/test_kernels.py",
     "tests/test_kernels_layer.py",  # one fused layer(): every projection kind, both paths
+    "tests/test_kernels_quant.py",  # GGUF projections: every format on this level's path
     "tests/test_bf16_engine.py",
     "tests/test_correctness_hf.py",  # tiny models: greedy identity with HF in float32
 ]

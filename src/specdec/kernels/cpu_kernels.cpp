@@ -5,7 +5,8 @@
 // and paged attention that reads keys/values straight from the cache blocks
 // (no gather copy, each KV row read once for all query heads of its group; the
 // inner loops are in attention_tile.h, and attention_amx.h for bfloat16 on AMX).
-// tile_linear (tile_linear.h) runs decode-sized bfloat16 projections on AMX tiles.
+// tile_linear (tile_linear.h) runs decode-sized bfloat16 projections on AMX tiles;
+// quant_linear (quant_linear.h) runs projections straight from GGUF-quantised blocks.
 // layer() is one decoder layer of the fused forward over a LayerWeights
 // (layer_weights.h), its projections dispatched by kind in project();
 // decoder_stack runs all layers of a kernel-group step through it in one call;
@@ -16,6 +17,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -27,6 +29,7 @@
 #include "attention_amx.h"
 #include "attention_tile.h"
 #include "layer_weights.h"
+#include "quant_linear.h"
 #include "tile_linear.h"
 #include "vec16.h"
 
@@ -554,6 +557,66 @@ Projection module_projection(const py::object& module) {
   return p;
 }
 
+const GgufFormatInfo& gguf_format(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  for (const GgufFormatInfo& f : gguf_format_table())
+    if (upper == f.name) return f;
+  std::string known;
+  for (const std::string& f : gguf_formats()) known += " " + f;
+  TORCH_CHECK_VALUE(false, "Projection.gguf: unknown format '", name, "' (this build runs", known,
+                    ")");
+}
+
+// parts: (format, uint8 [rows, row_bytes]) each, stacked along the outputs. Runs of
+// consecutive parts in one format become one segment (one copy of their bytes).
+Projection gguf_projection(const std::vector<std::tuple<std::string, at::Tensor>>& parts,
+                           const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK_VALUE(!parts.empty(), "Projection.gguf: no parts");
+  auto qw = std::make_shared<QuantWeight>();
+  std::vector<std::pair<GgufFormat, std::vector<at::Tensor>>> runs;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const GgufFormatInfo& f = gguf_format(std::get<0>(parts[i]));
+    const at::Tensor& blocks = std::get<1>(parts[i]);
+    TORCH_CHECK_VALUE(blocks.device().is_cpu() && blocks.dim() == 2 &&
+                          blocks.scalar_type() == at::kByte && blocks.size(0) > 0,
+                      "Projection.gguf: part ", i, " must be uint8 [rows, row_bytes] on the CPU");
+    const int64_t row_bytes = blocks.size(1);
+    TORCH_CHECK_VALUE(row_bytes > 0 && row_bytes % f.block_bytes == 0, "Projection.gguf: part ",
+                      i, " has rows of ", row_bytes, " bytes, not whole ", f.name, " blocks of ",
+                      f.block_bytes);
+    const int64_t in = row_bytes / f.block_bytes * f.block_elems;
+    TORCH_CHECK_VALUE(i == 0 || in == qw->in_features, "Projection.gguf: part ", i, " has ", in,
+                      " in_features, part 0 ", qw->in_features);
+    qw->in_features = in;
+    if (runs.empty() || runs.back().first != f.format) runs.emplace_back(f.format, std::vector<at::Tensor>{});
+    runs.back().second.push_back(blocks);
+  }
+  for (auto& [format, tensors] : runs) {
+    QuantSegment seg;
+    seg.format = format;
+    seg.row0 = qw->out_features;
+    seg.blocks = at::cat(tensors, 0).contiguous();  // our own copy: the input may go
+    seg.rows = seg.blocks.size(0);
+    qw->out_features += seg.rows;
+    qw->segments.push_back(std::move(seg));
+  }
+  check_bias(bias, qw->out_features, "Projection.gguf");
+  if (bias) qw->bias = bias->to(at::kFloat).contiguous().clone();
+  Projection p;
+  p.kind = Projection::Kind::kGguf;
+  p.bias = bias;
+  p.quant = std::move(qw);
+  return p;
+}
+
+// The gguf kind's sizes; None for the other kinds.
+py::object gguf_property(const Projection& p, int64_t (*get)(const QuantWeight&)) {
+  if (p.kind != Projection::Kind::kGguf) return py::none();
+  return py::int_(get(*p.quant));
+}
+
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed,
                          const c10::optional<at::Tensor>& bias) {
   static const auto op =
@@ -580,6 +643,8 @@ at::Tensor project(const at::Tensor& x, const Projection& p) {
       if (p.bias) y = y + *p.bias;
       return y.to(x.scalar_type());
     }
+    case Projection::Kind::kGguf:
+      return quant_linear(x, *p.quant);
     case Projection::Kind::kModule: {
       py::gil_scoped_acquire gil;
       return p.module(x).cast<at::Tensor>();
@@ -669,6 +734,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_tile_weight", &pack_tile_weight, "pre-pack a bf16 [N, K] weight for tile_linear");
   m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("out_float") = false);
+  m.def("gguf_formats", &gguf_formats, "GGUF weight formats Projection.gguf runs here");
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
 
   py::class_<Projection>(m, "Projection", "a projection's weight in the layout of its matmul")
@@ -679,7 +745,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_static("int8", &int8_projection, py::arg("weight"), py::arg("scales"),
                   py::arg("bias") = py::none())
       .def_static("module", &module_projection, py::arg("module"))
+      .def_static("gguf", &gguf_projection, py::arg("parts"), py::arg("bias") = py::none(),
+                  "raw GGUF blocks: parts [(format, uint8 [rows, row_bytes])], outputs stacked")
       .def_property_readonly("kind", &Projection::kind_name)
+      .def_property_readonly("out_features", [](const Projection& p) {
+        return gguf_property(p, [](const QuantWeight& q) { return q.out_features; });
+      })
+      .def_property_readonly("in_features", [](const Projection& p) {
+        return gguf_property(p, [](const QuantWeight& q) { return q.in_features; });
+      })
+      .def_property_readonly("nbytes", [](const Projection& p) {
+        return gguf_property(p, [](const QuantWeight& q) { return q.nbytes(); });
+      })
       .def_property_readonly("weight", [](const Projection& p) { return p.weight; })
       .def_property_readonly("bias", [](const Projection& p) { return p.bias; })
       .def("__repr__", [](const Projection& p) {

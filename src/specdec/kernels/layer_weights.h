@@ -11,7 +11,10 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "quant_linear.h"
 
 namespace specdec_kernels {
 
@@ -24,6 +27,7 @@ struct Projection {
                 // kTileLinearMaxRows rows; weight: the oneDNN copy for more rows
     kInt8,      // weight int8 [out, in], scales [out]: computed in the scales' dtype
     kModule,    // module: a Python callable x -> y (any module of another kind)
+    kGguf,      // quant: raw GGUF blocks (Q4_0 .. Q6_K), run by quant_linear
   };
 
   Kind kind = Kind::kPlain;
@@ -32,6 +36,7 @@ struct Projection {
   at::Tensor scales;               // kInt8
   at::Tensor tiles;                // kAmxTiles
   py::object module;               // kModule
+  std::shared_ptr<const QuantWeight> quant;  // kGguf (its bias a float32 copy of bias)
 
   const char* kind_name() const {
     switch (kind) {
@@ -40,6 +45,7 @@ struct Projection {
       case Kind::kAmxTiles: return "amx_tiles";
       case Kind::kInt8: return "int8";
       case Kind::kModule: return "module";
+      case Kind::kGguf: return "gguf";
     }
     return "?";
   }
