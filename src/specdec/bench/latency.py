@@ -40,7 +40,7 @@ def weight_streaming_floor(model, repeats: int = 30) -> float:
         head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
         head.weight = weight
         projections.append(head)
-    dtype = model.embed_tokens.weight.dtype
+    dtype = model.norm.weight.dtype
     x = {m.in_features: torch.randn(1, m.in_features, dtype=dtype) for m in projections}
     times = []
     with torch.inference_mode():
@@ -50,6 +50,18 @@ def weight_streaming_floor(model, repeats: int = 30) -> float:
                 project(m, x[m.in_features])
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def memory_bandwidth(size_bytes: int = 512 * 2**20, repeats: int = 7) -> float:
+    """Bytes per second the CPU reads with all torch threads (best of ``repeats`` sums
+    over a buffer larger than any cache): the denominator of the bytes floor."""
+    buffer = torch.ones(size_bytes // 4, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return size_bytes / best
 
 
 def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -> dict:
@@ -74,6 +86,7 @@ def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -
 def main(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams, isa
     from specdec.cli.options import constraint_options, engine_kwargs
+    from specdec.model.weight_info import streamed_weight_bytes
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
@@ -85,17 +98,26 @@ def main(args: argparse.Namespace) -> dict:
     options = constraint_options(args)
     base = measure(llm, prompts, params, args.repeats, options)
     floor = weight_streaming_floor(llm.engine.model)
+    bandwidth = memory_bandwidth()
+    weight_bytes = streamed_weight_bytes(llm.engine.model)
     dtype = str(llm.engine.dtype).removeprefix("torch.")
     result = {"dtype": dtype, "engine": isa.engine_summary(llm.stats()),
               "num_prompts": len(prompts), "ttft_ms": base["ttft_ms"],
               "itl_ms": base["itl_ms"], "floor_ms": 1e3 * floor,
-              "itl_over_floor": base["itl_ms"] / (1e3 * floor)}
+              "itl_over_floor": base["itl_ms"] / (1e3 * floor),
+              "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
+              "bytes_floor_ms": 1e3 * weight_bytes / bandwidth}
     print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new"
           f"{', constrained by ' + str(options) if options else ''}): "
           f"TTFT {base['ttft_ms']:.1f} ms, mean ITL {base['itl_ms']:.2f} ms "
           f"({base['tok_s']:.1f} tok/s)")
     print(f"weight-streaming floor (all linears once, batch 1): {1e3 * floor:.2f} ms "
           f"-> ITL / floor = {result['itl_over_floor']:.2f}x")
+    print(f"weights read per token {weight_bytes / 2**20:.1f} MiB "
+          f"({llm.stats()['weight_layout']}; resident "
+          f"{base['stats']['weight_bytes'] / 2**20:.1f} MiB) / "
+          f"memory bandwidth {bandwidth / 1e9:.1f} GB/s = {result['bytes_floor_ms']:.2f} ms "
+          f"-> ITL / bytes floor = {base['itl_ms'] / result['bytes_floor_ms']:.2f}x")
     if spec_options:
         del llm
         spec_llm = LLM(**kwargs, speculative=spec_options)
@@ -124,7 +146,8 @@ def main(args: argparse.Namespace) -> dict:
 def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
               base: dict) -> dict:
     """llama.cpp on the same GGUF, prompts and thread count; ratios printed against it."""
-    from specdec.bench.llamacpp_peer import gguf_file, llamacpp_latency
+    from specdec.bench.llamacpp_peer import llamacpp_latency
+    from specdec.model.loader import gguf_file
 
     path = gguf_file(args.model)
     if path is None:

@@ -12,14 +12,6 @@ import time
 from pathlib import Path
 
 
-def gguf_file(model: str | None) -> Path | None:
-    """The GGUF file behind ``model`` (the bundled one when None), or None for HF dirs."""
-    from specdec.model.loader import default_model_path
-
-    path = default_model_path() if model is None else Path(model)
-    return path if path.is_file() and path.suffix == ".gguf" else None
-
-
 def llamacpp_latency(path: Path, prompts: list[list[int]], max_tokens: int, threads: int,
                      ignore_eos: bool, repeats: int = 1) -> dict:
     """TTFT / ITL of llama.cpp; ``{"status": ...}`` alone when it is not installed."""

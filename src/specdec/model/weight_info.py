@@ -53,3 +53,23 @@ def resident_weight_bytes(model: nn.Module) -> int:
     for tensor in [*model.parameters(), *model.buffers()]:
         add(tensor)
     return total
+
+
+def streamed_weight_bytes(model: nn.Module) -> int:
+    """Bytes one decode step reads from weights: every projection (and the LM head) in
+    the layout a single row runs on. Embedding rows and norms are not counted."""
+    total = 0
+    for module in model.modules():
+        if type(module) is GgufLinear:
+            total += module.nbytes
+        elif type(module) is PackedLinear:
+            total += module.in_features * module.out_features * 2  # bf16, either copy
+        elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
+            scales = module.scales
+            total += module.weight_int8.numel() + scales.numel() * scales.element_size()
+        elif type(module) is nn.Linear:
+            total += module.weight.numel() * module.weight.element_size()
+    if getattr(model, "tie_word_embeddings", False):
+        weight = model.embed_tokens.weight
+        total += weight.numel() * weight.element_size()
+    return total

@@ -1,0 +1,98 @@
+"""A prompt's greedy output does not depend on what else runs with it: the same tokens
+and bit-identical log-probabilities alone, in a batch of 16, with its prefill chunked,
+after a prefix-cache hit, and with n-gram speculation verifying drafts.
+
+Two engines: the bundled GGUF model on its quantized projections (whose per-row
+arithmetic does not depend on the number of rows), and a model whose projections run
+one row at a time, which isolates the rest of the step (attention over the paged
+cache, norms, RoPE, the LM head, sampling). Runs at every ISA level the CPU has
+(``test_isa_levels.py``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec import LLM, SamplingParams, kernels
+from specdec.bench.workload import chat_prompt_ids, extraction_prompts
+
+MAX_TOKENS = 20
+
+
+class RowByRowLinear(nn.Module):
+    """x W^T computed for each row alone: its result cannot depend on the batch."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+        self.out_features, self.in_features = weight.shape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        y = torch.cat([F.linear(rows[i : i + 1], self.weight, self.bias)
+                       for i in range(rows.shape[0])])
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def row_by_row(llm: LLM) -> LLM:
+    model = llm.engine.model
+    for layer in model.layers:
+        for owner, name in ((layer.self_attn, "qkv_proj"), (layer.self_attn, "o_proj"),
+                            (layer.mlp, "gate_up_proj"), (layer.mlp, "down_proj")):
+            old = getattr(owner, name)
+            setattr(owner, name, RowByRowLinear(old.weight, old.bias))
+    model.lm_head = RowByRowLinear(model.embed_tokens.weight, None)
+    model.tie_word_embeddings = False
+    model._kernel_weights_cache = None
+    return llm
+
+
+ENGINES = {
+    "gguf": lambda **kw: LLM(quantization="gguf", **kw),
+    "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32",
+                                              fused_kernels=kernels.load() is not None,
+                                              **kw)),
+}
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return chat_prompt_ids(tokenizer, extraction_prompts(16))
+
+
+def greedy(llm: LLM, batch: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, logprobs=0,
+                            ignore_eos=True)
+    outs = llm.generate(batch, params, use_tqdm=False)
+    return [(o.token_ids, [lp[t] for t, lp in zip(o.token_ids, o.logprobs, strict=True)])
+            for o in outs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_greedy_output_does_not_depend_on_the_batch(engine, prompts):
+    if engine == "gguf" and not hasattr(kernels.load(), "gguf_formats"):
+        pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
+    make = ENGINES[engine]
+    llm = make(enable_prefix_caching=False)
+    alone = [greedy(llm, [p])[0] for p in prompts[:3]]
+    batched = greedy(llm, prompts)[:3]
+    assert batched == alone
+    del llm
+
+    chunked = make(enable_prefix_caching=False, max_num_batched_tokens=16)
+    assert [greedy(chunked, [p])[0] for p in prompts[:3]] == alone
+    del chunked
+
+    cached = make(enable_prefix_caching=True)
+    greedy(cached, [prompts[0][:-3] + [13, 13, 13]])  # shares all but the last blocks
+    assert greedy(cached, [prompts[0]])[0] == alone[0]
+    del cached
+
+    speculative = make(enable_prefix_caching=False,
+                       speculative={"method": "ngram", "num_speculative_tokens": 4})
+    assert [greedy(speculative, [p])[0] for p in prompts[:3]] == alone
+    stats = speculative.stats()
+    assert stats["spec_num_draft_tokens"] > 0  # drafts were verified, not skipped
