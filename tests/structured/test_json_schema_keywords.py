@@ -135,6 +135,53 @@ def test_keyword_accepts_exactly(compile_for, accepts_exactly, schema, good, bad
     accepts_exactly(compile_for(json_schema=schema), good, bad)
 
 
+# property_order="any" (with the specification's additional properties): listed members
+# in any order, each at most once; required ones, dependencies and counts still exact.
+ANY_ORDER_CASES = [
+    ({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+      "additionalProperties": False},
+     ['{"b":"x","a":1}', "{}", '{"a":1}'], ['{"b":"x","a":1,"b":"y"}', '{"c":1}', '{"b":1}']),
+    ({"properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {}},
+      "required": ["a", "b"], "minProperties": 4, "maxProperties": 5},
+     ['{"b":"x","z":1,"a":1,"c":2}', '{"x":1,"y":2,"a":1,"b":""}',
+      '{"c":1,"b":"","a":2,"x":1,"y":2}'],
+     ['{"a":1,"b":"x"}', '{"a":1,"b":"x","c":1}', '{"a":1,"a":1,"b":"x","c":1}',
+      '{"a":"x","b":"x","c":1,"d":1}', '{"c":1,"b":"","a":2,"x":1,"y":2,"z":3}',
+      '{"a":1,"b":"x","c":1,"c":2}']),
+    ({"dependentRequired": {"foo\nbar": ["foo\rbar"]}},
+     ['{"foo\\nbar":1,"foo\\rbar":2}', '{"foo\\rbar":2,"foo\\nbar":1}', '{"a":1}',
+      '{"a":1,"foo\\rbar":2,"b":1,"foo\\nbar":1,"c":3}'],
+     ['{"foo\\nbar":1}', '{"a":1,"foo\\nbar":1,"b":2}',
+      '{"foo\\rbar":2,"foo\\nbar":1,"foo\\rbar":2}']),
+    ({"allOf": [{"properties": {"bar": {"type": "integer"}}, "required": ["bar"]},
+                {"properties": {"foo": {"type": "string"}}, "required": ["foo"]}]},
+     ['{"foo":"baz","bar":2}', '{"bar":2,"foo":"baz"}'], ['{"foo":"baz"}', '{"foo":1,"bar":2}']),
+]
+
+
+@pytest.mark.parametrize(("schema", "good", "bad"), ANY_ORDER_CASES,
+                         ids=[json.dumps(c[0])[:60] for c in ANY_ORDER_CASES])
+def test_any_property_order_accepts_exactly(compile_for, accepts_exactly, schema, good, bad):
+    grammar = schema_to_lark(schema, additional_properties="open", property_order="any")
+    accepts_exactly(compile_for(grammar=grammar), good, bad)
+
+
+def test_written_property_order_is_the_default(compile_for, accepts_exactly):
+    schema = {"properties": {"a": {}, "b": {}}}
+    accepts_exactly(compile_for(json_schema=schema), ['{"a":1,"b":2}'], ['{"b":2,"a":1}'])
+
+
+def test_union_of_objects_sharing_a_leading_property(compile_for, accepts_exactly):
+    """Equal schemas at two places are one rule: two rules with one body made LALR fail
+    (reduce/reduce) on a union whose branches start with the same property."""
+    branch = {"type": "object", "properties": {"x": {"type": "integer"}, "kind": {}},
+              "required": ["kind"]}
+    schema = {"anyOf": [{**branch, "properties": {**branch["properties"], "kind": {"const": k}}}
+                        for k in ("a", "b")]}
+    accepts_exactly(compile_for(json_schema=schema), ['{"x":1,"kind":"a"}', '{"kind":"b"}'],
+                    ['{"x":1,"kind":"c"}', '{"x":1}', '{"x":"1","kind":"a"}'])
+
+
 @pytest.mark.parametrize(("schema", "keyword"), [
     ({"not": {"pattern": "^a"}}, "pattern"),
     ({"not": {"additionalProperties": False}}, "additionalProperties"),

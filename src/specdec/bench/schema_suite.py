@@ -226,7 +226,7 @@ WARMUP_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
 
 
 def builtin_backend(tokenizer, additional_properties: str = "listed",
-                    root: Path | None = None):
+                    root: Path | None = None, property_order: str = "written"):
     """(compile_schema, encode) for specdec's own compiler, without the disk cache.
 
     Each group compiles in a child forked from a process in the state of a serving
@@ -249,7 +249,8 @@ def builtin_backend(tokenizer, additional_properties: str = "listed",
 
     def compile_schema(schema, draft: str = "draft2020-12"):
         grammar = schema_to_lark(schema, additional_properties=additional_properties,
-                                 retrieve=retrieve, default_draft=draft)
+                                 retrieve=retrieve, default_draft=draft,
+                                 property_order=property_order)
         return compile_spec(ConstraintSpec("grammar", grammar, "json_schema"), vocab,
                             use_disk_cache=False)
 

@@ -174,21 +174,24 @@ def schema_to_dict(schema: Any) -> dict:
 def schema_to_lark(schema: Any, whitespace: str | None = None, strict: bool = False,
                    additional_properties: str = "listed",
                    retrieve: Callable[[str], Any] | None = None,
-                   default_draft: str = "2020-12") -> str:
+                   default_draft: str = "2020-12", property_order: str = "written") -> str:
     """The Lark grammar of the JSON texts ``schema`` accepts (see the module doc).
     ``whitespace``: a regex allowed around punctuation (default ``[ ]?``); ``strict``:
     ``additional_properties="closed"``; ``retrieve``: URI -> schema for ``$ref``s to
     other documents (offline use; nothing is ever fetched); ``default_draft``: the draft
-    of a schema without ``$schema`` (draft 7 and earlier: ``$ref`` ignores its siblings)."""
+    of a schema without ``$schema`` (draft 7 and earlier: ``$ref`` ignores its siblings);
+    ``property_order``: ``"written"`` or ``"any"`` (see the module doc)."""
     if additional_properties not in ("listed", "open", "closed"):
         raise ValueError(f"additional_properties must be listed, open or closed, "
                          f"got {additional_properties!r}")
+    if property_order not in ("written", "any"):
+        raise ValueError(f"property_order must be written or any, got {property_order!r}")
     if not isinstance(schema, bool):
         schema = schema_to_dict(schema)
         _refuse_internal_keywords(schema)
     mode = "closed" if strict else additional_properties
     return _Compiler(schema, whitespace or COMPACT_WHITESPACE, mode, retrieve,
-                     default_draft).grammar()
+                     default_draft, property_order).grammar()
 
 
 INTERNAL_PREFIX = "x-specdec-"  # keywords the compiler writes for complements (schema_not)
@@ -214,14 +217,17 @@ def _refuse_internal_keywords(schema: Any) -> None:
 class _Compiler:
     def __init__(self, root: Any, whitespace: str, additional_properties: str,
                  retrieve: Callable[[str], Any] | None = None,
-                 default_draft: str = "2020-12"):
+                 default_draft: str = "2020-12", property_order: str = "written"):
         self.root = root
         self.whitespace = whitespace
         self.additional_properties = additional_properties
+        self.property_order = property_order
         self.rules: dict[str, str] = {}
         self.bodies: dict[str, str] = {}  # rule body -> the first rule with it
         self.terminals: dict[str, str] = {}  # regex -> terminal name
         self.memo: dict[int, str | None] = {}  # id(schema node) -> rule (None: no value)
+        self.building: set[str] = set()  # value rules whose body is being made
+        self.recursive: set[str] = set()  # value rules referred to from their own body
         self.keep: list[Any] = []  # merged nodes, alive so their ids stay unique
         self.legacy = is_legacy_draft(root, default_draft)
         self.refs = SchemaIndex(root, retrieve, ref_overrides_siblings=self.legacy)
@@ -284,14 +290,24 @@ class _Compiler:
             return self.any_value()
         key = id(node)
         if key in self.memo:
+            if self.memo[key] in self.building:
+                self.recursive.add(self.memo[key])
             return self.memo[key]
         name = self.new_name()
         self.memo[key] = name  # before the body: recursion refers to the rule by name
+        self.building.add(name)
         alternatives = self.alternatives(node, where, depth)
+        self.building.discard(name)
         if not alternatives:
             self.memo[key] = None
             self.rules.pop(name, None)
             return None
+        same = self.bodies.get(" | ".join(alternatives))
+        if same is not None and name not in self.recursive:
+            # Equal schemas at two places (anyOf branches listing one property): one
+            # rule, else LALR cannot choose which of two equal rules to reduce.
+            self.memo[key] = same
+            return same
         self.rule(alternatives, name)
         return name
 

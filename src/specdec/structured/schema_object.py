@@ -22,6 +22,10 @@ from specdec.structured.schema_strings import count, string_except, string_regex
 from specdec.structured.schema_values import satisfies
 
 MAX_COUNTED_MEMBERS = 64  # minProperties / maxProperties counted in rules up to this
+# property_order="any": a rule per subset of listed members present (times the member
+# counts that matter), up to these sizes; larger objects keep the order written.
+MAX_ANY_ORDER_MEMBERS = 6
+MAX_ANY_ORDER_STATES = 256
 # propertyNames keywords that constrain names (strings); others do not apply to them.
 _NAME_KEYS = frozenset({"type", "enum", "const", "minLength", "maxLength", "pattern",
                         "format", NOT_IN})
@@ -100,7 +104,10 @@ class ObjectRules:
                 f"minProperties/maxProperties above {MAX_COUNTED_MEMBERS} at {where}")
         if self.high is not None and self.low > self.high:
             return None
-        body, empty = self.seq(0, True, 0, frozenset(), frozenset())
+        if self.c.property_order == "any" and self.any_order_fits():
+            body, empty = self.any_order(frozenset(), 0, True, True)
+        else:
+            body, empty = self.seq(0, True, 0, frozenset(), frozenset())
         if body is None:
             return self.c.rule(["LBRACE RBRACE"]) if empty else None
         return self.c.rule([f"LBRACE [{body}] RBRACE" if empty else f"LBRACE {body} RBRACE"])
@@ -237,6 +244,51 @@ class ObjectRules:
                 options.append(tail)
         return (self.c.rule(options) if options else None), empty
 
+    def any_order_fits(self) -> bool:
+        """Whether the subsets of listed members (times the member counts that matter)
+        are few enough for one rule each."""
+        counts = 1 + (self.high if self.high is not None else self.low)
+        return (len(self.members) <= MAX_ANY_ORDER_MEMBERS
+                and counts << len(self.members) <= MAX_ANY_ORDER_STATES)
+
+    def any_order(self, present: frozenset[str], c: int, first: bool,
+                  extras: bool) -> tuple[str | None, bool]:
+        """(rule of the non-empty member lists after the listed members ``present`` and
+        c members in all, in any order, or None; whether the list may end here).
+        ``extras``: additional members may come next (not right after a run of them:
+        a run is one ``(COMMA extra)*``, so the stack stays flat however long it is)."""
+        key = ("any", present, c, first, extras)
+        if key not in self.memo:
+            options = [self.any_listed(m, present, c, first) for m in self.members
+                       if m.name not in present]
+            if extras:
+                options.append(self.any_extra(present, c, first))
+            alive = [o for o in options if o is not None]
+            self.memo[key] = (self.c.rule(alive) if alive else None), self.complete(present, c)
+        return self.memo[key]
+
+    def any_listed(self, m: Member, present: frozenset[str], c: int,
+                   first: bool) -> str | None:
+        if self.high is not None and c >= self.high:
+            return None
+        tail = self.any_order(present | {m.name}, self.next_count(c), False, True)
+        return _then(f"{'' if first else 'COMMA '}{m.key} COLON {m.value}", *tail)
+
+    def any_extra(self, present: frozenset[str], c: int, first: bool) -> str | None:
+        if self.extra is None or self.high is not None and c >= self.high:
+            return None
+        sep = "" if first else "COMMA "
+        if self.high is None and c >= self.low:  # any number more: one run of them
+            tail = self.any_order(present, c, False, False)
+            return _then(f"{sep}{self.extra} (COMMA {self.extra})*", *tail)
+        tail = self.any_order(present, self.next_count(c), False, True)
+        return _then(f"{sep}{self.extra}", *tail)
+
+    def complete(self, present: frozenset[str], c: int) -> bool:
+        """Whether an object may end with the listed members ``present``, c in all."""
+        return c >= self.low and all(m.name in present for m in self.members if m.required) \
+            and all(set(self.depends.get(name, [])) <= present for name in present)
+
     def extras(self, first: bool, c: int) -> tuple[str | None, bool]:
         """Additional members after c members."""
         empty = c >= self.low
@@ -255,6 +307,14 @@ class ObjectRules:
     def next_count(self, c: int) -> int:
         """c + 1, or the count past which more members change nothing."""
         return c + 1 if self.high is not None else min(c + 1, self.low)
+
+
+def _then(head: str, tail: str | None, empty: bool) -> str | None:
+    """``head`` followed by the continuation ``tail`` (optional when ``empty``); None
+    when nothing may follow and the list may not end either."""
+    if tail is None:
+        return head if empty else None
+    return f"{head} [{tail}]" if empty else f"{head} {tail}"
 
 
 def _spelling(name: str) -> str:
