@@ -117,6 +117,18 @@ CASES = [
      ['{"foo":1,"bar":2}', '{"bar":2}', "1"], ['{"foo":"x","bar":2}']),
     ({"type": "object", "allOf": [{"not": {"required": ["a"]}}, {"not": {"required": ["b"]}}]},
      ["{}", '{"c":1}'], ['{"a":1}', '{"b":1}']),
+    # patternProperties beside additional properties: those are the names no pattern
+    # matches; a listed name a pattern matches takes both schemas
+    ({"patternProperties": {"^a": {}}, "additionalProperties": {"type": "integer"}},
+     ['{"ab":"x","b":1}', '{"a":[]}', "{}"], ['{"b":"x"}', '{"ba":"x"}']),
+    ({"properties": {"foo": {"type": "array", "maxItems": 3}, "bar": {"type": "array"}},
+      "patternProperties": {"f.o": {"minItems": 2}}, "additionalProperties": {"type": "integer"}},
+     ['{"foo":[1,2]}', '{"bar":[],"fxo":[1,2]}', '{"quux":3}', '{"f/o":[1,2],"q":3}'],
+     ['{"foo":[1]}', '{"foo":[1,2,3,4]}', '{"fxo":[1]}', '{"quux":"x"}', '{"f\\/o":[1]}',
+      '{"foo":[1,2],"foo":[1,2]}']),
+    ({"properties": {"a/b": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 2}},
+      "additionalProperties": False}, ['{"a/b":2}', '{"ax":5}', '{"ax":"s"}'],
+     ['{"a/b":1}', '{"a\\/b":1}', '{"a\\/b":2}', '{"ax":1}', '{"b":2}']),
     # 1.0 is the integer 1: integers may be written with a zero fraction
     ({"type": "integer"}, ["1", "1.0", "-0.00", "10.000"], ["1.5", "1.", "1e2", ".0"]),
     ({"type": "integer", "minimum": 3}, ["3.0", "4"], ["2.0", "3.5"]),
@@ -156,6 +168,9 @@ ANY_ORDER_CASES = [
     ({"allOf": [{"properties": {"bar": {"type": "integer"}}, "required": ["bar"]},
                 {"properties": {"foo": {"type": "string"}}, "required": ["foo"]}]},
      ['{"foo":"baz","bar":2}', '{"bar":2,"foo":"baz"}'], ['{"foo":"baz"}', '{"foo":1,"bar":2}']),
+    ({"patternProperties": {"f.*o": {"type": "integer"}}},
+     ['{"foo":1,"fooooo":2}', "{}", '{"xfoy":3}', '{"bar":"x","foo":1}'],
+     ['{"foo":"bar"}', '{"fooooo":"x"}', '{"bar":1,"foo":"x"}']),
 ]
 
 
@@ -199,10 +214,6 @@ def test_union_of_objects_sharing_a_leading_property(compile_for, accepts_exactl
     ({"propertyNames": {"anyOf": [{"maxLength": 2}]}}, "propertyNames"),
     ({"minProperties": 65}, "minProperties"),
     ({"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
-     "patternProperties"),
-    ({"properties": {"foo": {}}, "patternProperties": {"f.o": {"minItems": 2}}},
-     "patternProperties"),
-    ({"patternProperties": {"^a": {}}, "additionalProperties": {"type": "integer"}},
      "patternProperties"),
     ({"$defs": {"a": {"$dynamicAnchor": "x", "type": "string"},
                 "b": {"$id": "b", "$dynamicAnchor": "x"}}, "items": {"$dynamicRef": "#x"}},

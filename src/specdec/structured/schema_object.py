@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
+from specdec.structured.schema_keys import regex_difference
 from specdec.structured.schema_not import NOT_IN
 from specdec.structured.schema_strings import count, string_except, string_regex
 from specdec.structured.schema_values import satisfies
@@ -74,6 +75,9 @@ class ObjectRules:
                      for n in [*required, *(d for ds in self.depends.values() for d in ds),
                                *self.depends]
                      if n not in properties}}
+        patterns = self.patterns()
+        if patterns is not None:
+            wanted = self.with_patterns(wanted, properties, *patterns)
         if finite is not None and self.c.value(extra, f"{where}/additionalProperties"):
             wanted.update({n: (extra, "additionalProperties") for n in finite
                            if n not in wanted})
@@ -83,20 +87,18 @@ class ObjectRules:
         self.extra = None
         extra_rule = None if finite is not None else \
             self.c.value(extra, f"{where}/additionalProperties")
-        if extra_rule is not None and name_regex != "":
+        if patterns is not None:
+            if finite is not None or name_regex is not None:
+                raise UnsupportedSchemaError(
+                    f"patternProperties at {where} beside propertyNames is not supported")
+            self.extra = self.pattern_members(list(wanted), *patterns, extra_rule)
+        elif extra_rule is not None and name_regex != "":
             if name_regex is not None and wanted:
                 raise UnsupportedSchemaError(
                     f"propertyNames at {where} beside listed properties and additional "
                     "properties is not supported")
             key = name_regex or string_except([*wanted, *self.excluded])
             self.extra = self.c.rule([f"{self.c.terminal(key)} COLON {extra_rule}"])
-        if node.get("patternProperties"):
-            if self.extra is not None or finite is not None or name_regex is not None \
-                    or self.excluded:
-                raise UnsupportedSchemaError(
-                    f"patternProperties at {where} beside additional properties or "
-                    "propertyNames is not supported")
-            self.extra = self.pattern_member(list(wanted))
         self.low = count(node, "minProperties", where, 0)
         self.high = count(node, "maxProperties", where, None)
         if max(self.low, self.high or 0) > MAX_COUNTED_MEMBERS:
@@ -161,11 +163,13 @@ class ObjectRules:
         regex = string_regex({k: names[k] for k in keys - {"type"}}, self.where)
         return None, "" if regex is None else regex
 
-    def pattern_member(self, listed: list[str]) -> str | None:
-        """The rule of a member keyed by ``patternProperties`` (None: there is none).
-        Exact when the patterns share one schema (a key matching several needs them
-        all) and no listed name matches one (its value would need both schemas)."""
-        patterns = self.node["patternProperties"]
+    def patterns(self) -> tuple[list[str], Any] | None:
+        """(the regexes of the name spellings ``patternProperties`` matches, their one
+        schema), or None without patterns. Patterns with different schemas are refused:
+        a name matching several would need them all."""
+        patterns = self.node.get("patternProperties")
+        if not patterns:
+            return None
         if not isinstance(patterns, dict):
             raise ConstraintError(f"patternProperties at {self.where} must be an object")
         schemas = {json.dumps(v, sort_keys=True) for v in patterns.values()}
@@ -174,17 +178,40 @@ class ObjectRules:
                 f"patternProperties at {self.where}: patterns with different schemas may "
                 "match one name; that is not supported")
         regexes = [string_regex({"pattern": p}, self.where) for p in patterns]
-        for name in listed:
+        return regexes, next(iter(patterns.values()))
+
+    def with_patterns(self, wanted: dict[str, tuple[Any, str]], properties: dict,
+                      regexes: list[str], schema: Any) -> dict[str, tuple[Any, str]]:
+        """``wanted`` with a listed name that a pattern matches taking the pattern's
+        schema too (beside its ``properties`` schema; instead of additionalProperties)."""
+        out = dict(wanted)
+        for name in wanted:
             if any(re.fullmatch(r, _spelling(name)) for r in regexes):
-                raise UnsupportedSchemaError(
-                    f"patternProperties at {self.where}: property {name!r} matches a "
-                    "pattern; that is not supported")
-        value = self.c.value(next(iter(patterns.values())),
-                             f"{self.where}/patternProperties")
-        if value is None:
-            return None
-        key = self.c.terminal("(?:" + "|".join(regexes) + ")")
-        return self.c.rule([f"{key} COLON {value}"])
+                both = {"allOf": [properties[name], schema]} if name in properties else schema
+                self.c.keep.append(both)
+                out[name] = (both, "patternProperties")
+        return out
+
+    def pattern_members(self, listed: list[str], regexes: list[str], schema: Any,
+                        extra_rule: str | None) -> str | None:
+        """The rule of a member that is not listed: keyed by a pattern (its schema), or by
+        a name no pattern matches (``extra_rule``'s value, None: there are none). The
+        keys leave out the listed names (and any name propertyNames excludes), so no
+        name has two keys."""
+        value = self.c.value(schema, f"{self.where}/patternProperties")
+        left_out = [*listed, *self.excluded]
+        alternatives = []
+        if value is not None:
+            key = "(?:" + "|".join(regexes) + ")"
+            if any(re.fullmatch(key, _spelling(n)) for n in left_out):
+                key = regex_difference(key, [_spellings(n) for n in left_out], self.where)
+            if key is not None:
+                alternatives.append(f"{self.c.terminal(key)} COLON {value}")
+        if extra_rule is not None:  # plain spellings: each its name, so no pattern matches
+            key = regex_difference(string_except(left_out), regexes, self.where)
+            if key is not None:
+                alternatives.append(f"{self.c.terminal(key)} COLON {extra_rule}")
+        return self.c.rule(alternatives) if alternatives else None
 
     def listed(self, wanted: dict[str, tuple[Any, str]], required: list[str],
                finite: list[str] | None, name_regex: str | None) -> list[Member] | None:
@@ -319,3 +346,10 @@ def _then(head: str, tail: str | None, empty: bool) -> str | None:
 
 def _spelling(name: str) -> str:
     return json.dumps(name, ensure_ascii=False)
+
+
+def _spellings(name: str) -> str:
+    """A regex of every JSON spelling of ``name`` the pattern regexes can match: one
+    per character, but for '/' (also written \\/)."""
+    return '"' + "".join(r"(?:/|\\/)" if char == "/" else re.escape(_spelling(char)[1:-1])
+                         for char in name) + '"'
