@@ -2,9 +2,12 @@
 through the builtin JSON-schema compiler, token by token with the real tokenizer
 (``specdec bench schema-suite`` prints the same figures and the failing groups).
 
+The compiler runs with the options that follow the specification
+(``schema_suite.SPEC_OPTIONS``: additional properties allowed, properties in any order).
 Per keyword file: no invalid instance is ever accepted. Overall: no group crashes the
 compiler, and the compiled share and valid-instance rejections stay at least as good
-as measured when this test was written (raise the floors as the compiler grows)."""
+as measured when this test was written (raise the floors as the compiler grows; the
+remaining rejections are listed by category in docs/structured.md)."""
 
 from __future__ import annotations
 
@@ -21,8 +24,8 @@ pytestmark = [
 ]
 KEYWORD_FILES = sorted({(draft, p.stem) for draft in schema_suite.DRAFTS
                         for p in (ROOT / draft).glob("*.json")}) if ROOT.is_dir() else []
-MIN_COMPILED = 555  # of 640 groups (measured: 559)
-MAX_VALID_REJECTED = 0.05  # of the valid instances in compiled groups
+MIN_COMPILED = 559  # of 640 groups (measured: 561)
+MAX_VALID_REJECTED = 0.02  # of the valid instances in compiled groups (measured: 21/1189)
 
 
 @pytest.fixture(scope="module")
