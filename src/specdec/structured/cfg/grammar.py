@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 from lark import Lark
 from lark.exceptions import LarkError
-from lark.lexer import Lexer, PatternStr
+from lark.lexer import Lexer, Pattern, PatternStr
 
 from specdec.structured.bitmask import num_words, pack_bool_mask, pack_token_ids
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
+from specdec.structured.cfg.fast_grammar import fast_grammar as read_plain_grammar
 from specdec.structured.cfg.lalr import LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
 from specdec.structured.cfg.prewalk import prewalk
@@ -49,37 +51,61 @@ class _TablesOnly(Lexer):
         raise NotImplementedError("grammar tables are never used to lex text")
 
 
+@dataclass
+class _Loaded:
+    terminals: list[tuple[str, Pattern, int]]  # (name, pattern, priority), lark's order
+    ignore: list[str]
+    parse_table: object
+
+
+def _read_fast(text: str) -> _Loaded | None:
+    """The grammar read by :mod:`.fast_grammar` (the JSON-schema subset of Lark), if it can."""
+    fast = read_plain_grammar(text)
+    if fast is None:
+        return None
+    return _Loaded([(name, pattern, 0) for name, pattern in fast.terminals], [],
+                   fast.parse_table)
+
+
+def _load_with_lark(text: str, import_paths: list[str] | None) -> _Loaded:
+    try:
+        lark = Lark(text, parser="lalr", lexer=_TablesOnly, start="start",
+                    import_paths=import_paths or [])
+    except LarkError as exc:
+        raise ConstraintError(f"invalid Lark grammar: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - lark raises plain errors for some inputs
+        raise ConstraintError(f"invalid Lark grammar: {type(exc).__name__}: {exc}") from None
+    return _Loaded([(t.name, t.pattern, t.priority) for t in lark.terminals],
+                   list(lark.ignore_tokens), lark.parser.parser.parser.parse_table)
+
+
+def _terminal(name: str, pattern: Pattern, priority: int) -> Terminal:
+    try:
+        dfa = regex_to_byte_dfa(pattern.to_regexp())
+    except ValueError as exc:
+        raise ConstraintError(
+            f"terminal {name} /{pattern.value}/ {exc}; write terminals as plain "
+            "regular expressions (no lookarounds or backreferences)"
+        ) from None
+    if dfa.accepting[0]:
+        raise ConstraintError(f"terminal {name} matches the empty string")
+    return Terminal(name, dfa, priority, isinstance(pattern, PatternStr))
+
+
 class GrammarTables:
     """What compiling a grammar produces, independent of any vocabulary (picklable)."""
 
     def __init__(self, text: str, import_paths: list[str] | None = None):
-        try:
-            lark = Lark(text, parser="lalr", lexer=_TablesOnly, start="start",
-                        import_paths=import_paths or [])
-        except LarkError as exc:
-            raise ConstraintError(f"invalid Lark grammar: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - lark raises plain errors for some inputs
-            raise ConstraintError(f"invalid Lark grammar: {type(exc).__name__}: {exc}") from None
-        self.terminals: list[Terminal] = []
-        for t in lark.terminals:
-            try:
-                dfa = regex_to_byte_dfa(t.pattern.to_regexp())
-            except ValueError as exc:
-                raise ConstraintError(
-                    f"terminal {t.name} /{t.pattern.value}/ {exc}; write terminals as plain "
-                    "regular expressions (no lookarounds or backreferences)"
-                ) from None
-            if dfa.accepting[0]:
-                raise ConstraintError(f"terminal {t.name} matches the empty string")
-            self.terminals.append(Terminal(t.name, dfa, t.priority,
-                                           isinstance(t.pattern, PatternStr)))
+        loaded = _read_fast(text) or _load_with_lark(text, import_paths)
+        self.terminals: list[Terminal] = [_terminal(name, pattern, priority)
+                                          for name, pattern, priority in loaded.terminals]
         self.index = {t.name: i for i, t in enumerate(self.terminals)}
         self.terminal_keys = [dfa_fingerprint(t.dfa) for t in self.terminals]  # walk-store keys
         # "// specdec-lexer: basic" in the grammar: lex every terminal everywhere (lark's
         # basic lexer; keywords are reserved: "SELECTx" is one NAME, not SELECT + x).
         self.basic_lexer = BASIC_LEXER_DIRECTIVE in text
-        self.ignore = frozenset(self.index[name] for name in lark.ignore_tokens)
-        self.lalr = LALRTable(lark.parser.parser.parser.parse_table)
+        self.ignore = frozenset(self.index[name] for name in loaded.ignore)
+        self.lalr = LALRTable(loaded.parse_table)
 
     def terminals_fingerprint(self) -> str:
         """A hash of everything a walk depends on besides the vocabulary."""
