@@ -597,7 +597,7 @@ Projection gguf_projection(const std::vector<std::tuple<std::string, at::Tensor>
     QuantSegment seg;
     seg.format = format;
     seg.row0 = qw->out_features;
-    seg.blocks = at::cat(tensors, 0).contiguous();  // our own copy: the input may go
+    seg.blocks = quant::kernel_layout(format, at::cat(tensors, 0));  // a copy: the input may go
     seg.rows = seg.blocks.size(0);
     qw->out_features += seg.rows;
     qw->segments.push_back(std::move(seg));

@@ -12,9 +12,10 @@
 // Batch invariance: a (x row, output) pair is always reduced by one thread, over the
 // same units in the same order with the same lane layout, whichever tile of x rows
 // (1 to kQuantTile) it is computed in and however many rows the call has; the row's
-// int8 quantisation depends on that row alone. The raw blocks are kept as they are
-// (no repacking: resident bytes == GGUF bytes); scales are decoded per unit, once
-// for all rows of a tile.
+// int8 quantisation depends on that row alone. Q4_0 / Q4_1 / Q8_0 blocks are regrouped
+// in pairs when the projection is built (same bytes: resident size == GGUF size, plus
+// one block per row for an odd block count); K-quant blocks are read as they are.
+// Scales are decoded per unit, once for all rows of a tile.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -113,6 +114,7 @@ inline VI xload(const int8_t* p) { return _mm512_loadu_si512(p); }
 inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
 inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline float vsum(VF v) { return _mm512_reduce_add_ps(v); }
+inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
 inline VF vscaled(VF v, float k) { return _mm512_mul_ps(v, _mm512_set1_ps(k)); }
 
 // Lane sums of 4 u * x products as floats (exact: |sum| < 2^17).
@@ -134,32 +136,29 @@ inline VI signed_x(VI x, VI w) {
 inline VF per_block(const float* v) {
   return _mm512_insertf32x8(_mm512_set1_ps(v[0]), _mm256_set1_ps(v[1]), 1);
 }
-// One float per 16 elements (4), each over 4 lanes.
-inline VF per_16(const float* v) {
-  const __m512 four = _mm512_castps128_ps512(_mm_loadu_ps(v));
+// The unit's blocks' fp16 scales (2, consecutive at p), each over its block's 8 lanes.
+inline VF halves_per_block(const uint8_t* p) {
+  int32_t two;
+  std::memcpy(&two, p, 4);
+  const __m512 ab = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(two)));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), ab);
+}
+// Q6_K unit i's 4 int8 scales (one per 16 weights) times d, each over 4 lanes.
+inline VF q6k_scales(const uint8_t* scales, float d, int64_t i) {
+  int32_t four;
+  std::memcpy(&four, scales + 4 * i, 4);
+  const __m128 s = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four))),
+                              _mm_set1_ps(d));
   return _mm512_permutexvar_ps(
-      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), four);
+      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(s));
 }
 
 inline VI nibble_mask() { return _mm512_set1_epi8(0x0F); }
 
-// Q4_0 / Q4_1 blocks a, b (16 bytes: low nibbles elements 0-15, high 16-31).
-inline VI nibbles_16(const uint8_t* const* qs) {
-  const __m256i ab = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[0]))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[1])), 1);
-  __m512i v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
-                                       _mm512_castsi256_si512(ab));
-  v = _mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4);  // 128-bit lanes 1, 3: high nibbles
-  return _mm512_and_si512(v, nibble_mask());
-}
-// Q8_0 blocks a, b: 32 signed bytes each.
-inline VI bytes_32(const uint8_t* const* qs) {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[0]))),
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[1])), 1);
-}
-// Q4_K unit i of a super-block's qs: sub-blocks 2i (low nibbles of 32 bytes), 2i + 1 (high).
+// Unit j of a pair record's bytes (Q8_0: 64 signed bytes).
+inline VI bytes_unit(const uint8_t* qs, int64_t j) { return _mm512_loadu_si512(qs + j * 64); }
+// Unit i of 32-byte nibble groups (Q4_K qs, a Q4_0 / Q4_1 pair record): low then high
+// nibbles of bytes 32i .. 32i + 31.
 inline VI q4k_unit(const uint8_t* qs, int64_t i) {
   __m512i v = _mm512_broadcast_i64x4(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + i * 32)));
@@ -197,6 +196,7 @@ inline float vsum(VF v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
+inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
 inline VF vscaled(VF v, float k) { return _mm256_mul_ps(v, _mm256_set1_ps(k)); }
 
 inline VF dot_lanes(VI u, VI x) {
@@ -207,18 +207,16 @@ inline VI abs_bytes(VI w) { return _mm256_abs_epi8(w); }
 inline VI signed_x(VI x, VI w) { return _mm256_sign_epi8(x, w); }
 
 inline VF per_block(const float* v) { return _mm256_set1_ps(v[0]); }
-inline VF per_16(const float* v) {
-  return _mm256_setr_ps(v[0], v[0], v[0], v[0], v[1], v[1], v[1], v[1]);
+inline VF halves_per_block(const uint8_t* p) { return _mm256_set1_ps(half_at(p)); }
+inline VF q6k_scales(const uint8_t* scales, float d, int64_t i) {
+  const float a = d * static_cast<float>(static_cast<int8_t>(scales[2 * i]));
+  const float b = d * static_cast<float>(static_cast<int8_t>(scales[2 * i + 1]));
+  return _mm256_setr_ps(a, a, a, a, b, b, b, b);
 }
 
 inline VI nibble_mask() { return _mm256_set1_epi8(0x0F); }
-inline VI nibbles_16(const uint8_t* const* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[0]));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-inline VI bytes_32(const uint8_t* const* qs) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[0]));
+inline VI bytes_unit(const uint8_t* qs, int64_t j) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + j * 32));
 }
 // Q4_K unit i (one sub-block): low (i even) or high nibbles of qs[i / 2 * 32 ..].
 inline VI q4k_unit(const uint8_t* qs, int64_t i) {
@@ -255,6 +253,7 @@ inline VF vfma(VF a, VF b, VF c) {
 inline float vsum(VF v) {
   return ((v.f[0] + v.f[4]) + (v.f[2] + v.f[6])) + ((v.f[1] + v.f[5]) + (v.f[3] + v.f[7]));
 }
+inline VF vadd(VF a, VF b) { for (int k = 0; k < 8; ++k) a.f[k] += b.f[k]; return a; }
 inline VF vscaled(VF v, float k) { for (float& e : v.f) e *= k; return v; }
 
 inline VF dot_lanes(VI u, VI x) {
@@ -278,17 +277,13 @@ inline VI signed_x(VI x, VI w) {
   return x;
 }
 inline VF per_block(const float* v) { VF r; for (float& e : r.f) e = v[0]; return r; }
-inline VF per_16(const float* v) { VF r; for (int k = 0; k < 8; ++k) r.f[k] = v[k / 4]; return r; }
-
-inline VI nibbles_16(const uint8_t* const* qs) {
-  VI r;
-  for (int i = 0; i < 16; ++i) {
-    r.b[i] = qs[0][i] & 0x0F;
-    r.b[i + 16] = qs[0][i] >> 4;
-  }
+inline VF halves_per_block(const uint8_t* p) { const float h = half_at(p); return per_block(&h); }
+inline VF q6k_scales(const uint8_t* scales, float d, int64_t i) {
+  VF r;
+  for (int k = 0; k < 8; ++k) r.f[k] = d * static_cast<float>(static_cast<int8_t>(scales[2 * i + k / 4]));
   return r;
 }
-inline VI bytes_32(const uint8_t* const* qs) { VI r; std::memcpy(r.b, qs[0], 32); return r; }
+inline VI bytes_unit(const uint8_t* qs, int64_t j) { VI r; std::memcpy(r.b, qs + j * 32, 32); return r; }
 inline VI q4k_unit(const uint8_t* qs, int64_t i) {
   VI r;
   for (int l = 0; l < 32; ++l) r.b[l] = (qs[i / 2 * 32 + l] >> (4 * (i % 2))) & 0x0F;
@@ -309,8 +304,10 @@ inline VI q6k_unit(const uint8_t* blk, int64_t i) {
 
 constexpr int64_t kUnit = 4 * kLanes;         // weights per unit
 constexpr int64_t kBlocksPerUnit = kUnit / 32;  // x blocks per unit
-constexpr int64_t kQuantTile = 4;             // x rows per pass over a weight unit
-constexpr int64_t kOutBlock = 64;             // output rows kept in cache per x sweep
+constexpr int64_t kPairUnits = 64 / kUnit;      // units per pair record (below)
+// x rows per pass over a weight unit: two accumulators each, in registers.
+constexpr int64_t kQuantTile = kLanes == 16 ? 8 : 4;
+constexpr int64_t kOutBlock = 64;  // output rows kept in cache per x sweep
 
 // One unit of weights: w = sc * u + mn per lane (Q8_0: u = |w|, sign: w itself).
 struct Unit {
@@ -322,7 +319,7 @@ struct Unit {
 
 // ------------------------------------------------------ x quantisation ---
 
-// x rows as int8 blocks of 32, padded to whole units; per lane (4 elements) the
+// x rows as int8 blocks of 32, padded to whole pairs of blocks; per lane (4 elements) the
 // block's scale dx and the lane's float(sum of q) * dx.
 struct QuantizedRows {
   int64_t units = 0;
@@ -353,7 +350,7 @@ inline void quantize_block(const T* x, int64_t n, int8_t* q, float* d, float* s)
 template <typename T>
 QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
   QuantizedRows out;
-  out.units = (in + kUnit - 1) / kUnit;
+  out.units = (in + 63) / 64 * kPairUnits;  // whole pairs of blocks
   out.q.assign(rows * out.units * kUnit, 0);
   out.d.assign(rows * out.units * kLanes, 0.f);
   out.s.assign(rows * out.units * kLanes, 0.f);
@@ -368,91 +365,118 @@ QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
   return out;
 }
 
+// ------------------------------------------------------- pair records ---
+// Q4_0, Q4_1 and Q8_0 rows are repacked once, when the projection is built, into one
+// record per pair of blocks (2p, 2p + 1; a zero block past an odd row's end), the same
+// bytes regrouped so a unit is one load and no shuffle:
+//   Q4_0: fp16 dA dB, 32 bytes of element i of A (low nibble) | of B (high nibble)
+//   Q4_1: fp16 dA dB mA mB, 32 nibble bytes as Q4_0
+//   Q8_0: fp16 dA dB, 32 int8 of A, 32 of B
+
+struct PairLayout {
+  int64_t scale_bytes;   // fp16 scales (and mins) at the record's start
+  int64_t record_bytes;  // per pair of blocks
+};
+
+inline PairLayout pair_layout(GgufFormat f) {
+  switch (f) {
+    case GgufFormat::kQ4_0: return {4, 36};
+    case GgufFormat::kQ4_1: return {8, 40};
+    default: return {4, 68};  // Q8_0
+  }
+}
+
+inline bool is_pair_format(GgufFormat f) {
+  return f == GgufFormat::kQ4_0 || f == GgufFormat::kQ4_1 || f == GgufFormat::kQ8_0;
+}
+
+// The 4-bit value of element i (0..31) of a Q4_0 / Q4_1 block's 16 nibble bytes.
+inline uint8_t nibble_at(const uint8_t* qs, int i) {
+  return i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
+}
+
+inline void repack_pair(GgufFormat f, const uint8_t* a, const uint8_t* b, uint8_t* rec) {
+  static const uint8_t zeros[34] = {};
+  if (!b) b = zeros;
+  std::memcpy(rec, a, 2);
+  std::memcpy(rec + 2, b, 2);
+  if (f == GgufFormat::kQ8_0) {
+    std::memcpy(rec + 4, a + 2, 32);
+    std::memcpy(rec + 36, b + 2, 32);
+    return;
+  }
+  const int64_t qs = f == GgufFormat::kQ4_1 ? 4 : 2;  // nibbles' offset in a block
+  if (f == GgufFormat::kQ4_1) {
+    std::memcpy(rec + 4, a + 2, 2);
+    std::memcpy(rec + 6, b + 2, 2);
+  }
+  uint8_t* out = rec + pair_layout(f).scale_bytes;
+  for (int i = 0; i < 32; ++i)
+    out[i] = static_cast<uint8_t>(nibble_at(a + qs, i) | (nibble_at(b + qs, i) << 4));
+}
+
+// Raw GGUF rows [rows, row_bytes] -> the layout the kernels read: pair records for the
+// 32-element formats, for the K-quants raw itself (so pass a copy the caller owns).
+inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
+  if (!is_pair_format(f)) return raw.contiguous();
+  const GgufFormatInfo& info = gguf_format_info(f);
+  const at::Tensor src = raw.contiguous();
+  const int64_t rows = src.size(0), blocks = src.size(1) / info.block_bytes;
+  const int64_t pairs = (blocks + 1) / 2, rec = pair_layout(f).record_bytes;
+  at::Tensor out = at::empty({rows, pairs * rec}, src.options());
+  const uint8_t* in = src.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t p = 0; p < pairs; ++p) {
+        const uint8_t* a = in + r * src.size(1) + 2 * p * info.block_bytes;
+        repack_pair(f, a, 2 * p + 1 < blocks ? a + info.block_bytes : nullptr,
+                    dst + (r * pairs + p) * rec);
+      }
+  });
+  return out;
+}
+
 // ------------------------------------------------------- format readers ---
-// Reader::unit_count(in) units per row; Reader::row(w, in, emit) calls emit(unit, index)
-// for every unit of one output row, in order.
+// Reader::row(w, in, emit) calls emit(unit, index) for every unit of one output row
+// (in the kernel layout), in order.
 
-inline const uint8_t* zero_block() {
-  static const uint8_t zeros[64] = {};
-  return zeros;
-}
-
-// The kBlocksPerUnit blocks of unit g of a row of 32-element blocks; past the row's
-// end (an odd block count) a zero block, which contributes exactly nothing.
-inline void unit_blocks(const uint8_t* row, int64_t g, int64_t blocks, int64_t bytes,
-                        const uint8_t** out) {
-  for (int64_t j = 0; j < kBlocksPerUnit; ++j) {
-    const int64_t b = g * kBlocksPerUnit + j;
-    out[j] = b < blocks ? row + b * bytes : zero_block();
-  }
-}
-
-// Q4_0: fp16 d, 16 bytes of nibbles; w = d (q - 8).
-struct ReadQ4_0 {
+// Q4_0 / Q4_1 pair records: w = d q - 8 d, or d q + m.
+template <GgufFormat F>
+struct ReadPairQ4 {
   static constexpr bool kSigned = false, kMin = true;
   template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    const int64_t blocks = in / 32;
-    for (int64_t g = 0; g * kBlocksPerUnit < blocks; ++g) {
-      const uint8_t* blk[kBlocksPerUnit];
-      const uint8_t* qs[kBlocksPerUnit];
-      float d[kBlocksPerUnit];
-      unit_blocks(w, g, blocks, 18, blk);
-      for (int64_t j = 0; j < kBlocksPerUnit; ++j) {
-        d[j] = half_at(blk[j]);
-        qs[j] = blk[j] + 2;
+    const PairLayout layout = pair_layout(F);
+    const int64_t pairs = (in / 32 + 1) / 2;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint8_t* rec = w + p * layout.record_bytes;
+      for (int64_t j = 0; j < kPairUnits; ++j) {
+        Unit u;
+        u.u = q4k_unit(rec + layout.scale_bytes, j);
+        u.sc = halves_per_block(rec + 2 * j);
+        u.mn = F == GgufFormat::kQ4_1 ? halves_per_block(rec + 4 + 2 * j) : vscaled(u.sc, -8.f);
+        emit(u, p * kPairUnits + j);
       }
-      Unit u;
-      u.u = nibbles_16(qs);
-      u.sc = per_block(d);
-      u.mn = vscaled(u.sc, -8.f);
-      emit(u, g);
     }
   }
 };
+using ReadQ4_0 = ReadPairQ4<GgufFormat::kQ4_0>;
+using ReadQ4_1 = ReadPairQ4<GgufFormat::kQ4_1>;
 
-// Q4_1: fp16 d, fp16 m, 16 bytes of nibbles; w = d q + m.
-struct ReadQ4_1 {
-  static constexpr bool kSigned = false, kMin = true;
-  template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    const int64_t blocks = in / 32;
-    for (int64_t g = 0; g * kBlocksPerUnit < blocks; ++g) {
-      const uint8_t* blk[kBlocksPerUnit];
-      const uint8_t* qs[kBlocksPerUnit];
-      float d[kBlocksPerUnit], m[kBlocksPerUnit];
-      unit_blocks(w, g, blocks, 20, blk);
-      for (int64_t j = 0; j < kBlocksPerUnit; ++j) {
-        d[j] = half_at(blk[j]);
-        m[j] = half_at(blk[j] + 2);
-        qs[j] = blk[j] + 4;
-      }
-      Unit u;
-      u.u = nibbles_16(qs);
-      u.sc = per_block(d);
-      u.mn = per_block(m);
-      emit(u, g);
-    }
-  }
-};
-
-// Q8_0: fp16 d, 32 int8; w = d q.
+// Q8_0 pair records: w = d q.
 struct ReadQ8_0 {
   static constexpr bool kSigned = true, kMin = false;
   template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    const int64_t blocks = in / 32;
-    for (int64_t g = 0; g * kBlocksPerUnit < blocks; ++g) {
-      const uint8_t* blk[kBlocksPerUnit];
-      const uint8_t* qs[kBlocksPerUnit];
-      float d[kBlocksPerUnit];
-      unit_blocks(w, g, blocks, 34, blk);
-      for (int64_t j = 0; j < kBlocksPerUnit; ++j) {
-        d[j] = half_at(blk[j]);
-        qs[j] = blk[j] + 2;
+    const int64_t pairs = (in / 32 + 1) / 2;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint8_t* rec = w + p * 68;
+      for (int64_t j = 0; j < kPairUnits; ++j) {
+        Unit u;
+        u.sign = bytes_unit(rec + 4, j);
+        u.u = abs_bytes(u.sign);
+        u.sc = halves_per_block(rec + 2 * j);
+        emit(u, p * kPairUnits + j);
       }
-      Unit u;
-      u.sign = bytes_32(qs);
-      u.u = abs_bytes(u.sign);
-      u.sc = per_block(d);
-      emit(u, g);
     }
   }
 };
@@ -502,12 +526,10 @@ struct ReadQ6_K {
     for (int64_t b = 0; b < in / 256; ++b) {
       const uint8_t* blk = w + b * 210;
       const float d = half_at(blk + 208);
-      float sc[16];
-      for (int j = 0; j < 16; ++j) sc[j] = d * static_cast<float>(static_cast<int8_t>(blk[192 + j]));
       for (int64_t i = 0; i < units; ++i) {
         Unit u;
         u.u = q6k_unit(blk, i);
-        u.sc = per_16(sc + i * (kUnit / 16));
+        u.sc = q6k_scales(blk + 192, d, i);
         u.mn = vscaled(u.sc, -32.f);
         emit(u, b * units + i);
       }
@@ -517,38 +539,37 @@ struct ReadQ6_K {
 
 // ------------------------------------------------------------- kernels ---
 
-// acc += the unit's products with one x row (see the file comment).
+// The unit's products with one x row: acc += the integer dot scaled, min += the
+// offset term (two accumulators, so two short dependency chains).
 template <class Reader>
-inline VF unit_step(VF acc, const Unit& w, const int8_t* xq, const float* xd, const float* xs) {
+inline void unit_step(VF& acc, VF& min, const Unit& w, const int8_t* xq, const float* xd,
+                      const float* xs) {
   VI x = xload(xq);
   if constexpr (Reader::kSigned) x = signed_x(x, w.sign);
   acc = vfma(dot_lanes(w.u, x), vmul(w.sc, vload(xd)), acc);
-  if constexpr (Reader::kMin) acc = vfma(w.mn, vload(xs), acc);
-  return acc;
+  if constexpr (Reader::kMin) min = vfma(w.mn, vload(xs), min);
 }
 
 // Dot products of one weight row with x rows t0 .. t0 + R, each unit unpacked once.
 template <class Reader, int R>
 inline void dot_tile(const uint8_t* w, int64_t in, const QuantizedRows& x, int64_t t0,
                      float* out) {
-  VF acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = vzero();
+  VF acc[R], min[R];
+  for (int r = 0; r < R; ++r) acc[r] = min[r] = vzero();
   Reader::row(w, in, [&](const Unit& u, int64_t i) {
     for (int r = 0; r < R; ++r)
-      acc[r] = unit_step<Reader>(acc[r], u, x.q_at(t0 + r, i), x.d_at(t0 + r, i), x.s_at(t0 + r, i));
+      unit_step<Reader>(acc[r], min[r], u, x.q_at(t0 + r, i), x.d_at(t0 + r, i), x.s_at(t0 + r, i));
   });
-  for (int r = 0; r < R; ++r) out[r] = vsum(acc[r]);
+  for (int r = 0; r < R; ++r) out[r] = vsum(vadd(acc[r], min[r]));
 }
 
-template <class Reader>
+template <class Reader, int R = kQuantTile>
 inline void dot_rows(const uint8_t* w, int64_t in, const QuantizedRows& x, int64_t t0,
                      int64_t rows, float* out) {
-  switch (rows) {
-    case 1: return dot_tile<Reader, 1>(w, in, x, t0, out);
-    case 2: return dot_tile<Reader, 2>(w, in, x, t0, out);
-    case 3: return dot_tile<Reader, 3>(w, in, x, t0, out);
-    default: return dot_tile<Reader, kQuantTile>(w, in, x, t0, out);
+  if constexpr (R > 1) {
+    if (rows < R) return dot_rows<Reader, R - 1>(w, in, x, t0, rows, out);
   }
+  dot_tile<Reader, R>(w, in, x, t0, out);
 }
 
 // y[:, col0 + n] for output rows n0 .. n1 of one segment (row_bytes per row).
@@ -574,7 +595,7 @@ void segment_rows(const uint8_t* w, int64_t row_bytes, int64_t in, const Quantiz
 template <typename T>
 void run_segment(const QuantSegment& seg, int64_t in, const QuantizedRows& x, int64_t rows_x,
                  int64_t n0, int64_t n1, const float* bias, T* y, int64_t ldy) {
-  const uint8_t* w = seg.blocks.data_ptr<uint8_t>();
+  const uint8_t* w = seg.blocks.data_ptr<uint8_t>();  // kernel layout
   const int64_t rb = seg.blocks.size(1);
   switch (seg.format) {
     case GgufFormat::kQ4_0:
