@@ -50,8 +50,13 @@ CASES = [
      ["1.251", "0.001"]),
     ({"multipleOf": 1.5}, ["3", "-6", '"x"'], ["1", "4.6"]),
     ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
-    ({"type": "number", "minimum": 1.1, "exclusiveMaximum": 3.5}, ["2", "2.5", "3", "3.0"],
-     ["1", "1.05", "3.6", "4"]),  # tightened to [2, 3]: 1.5 is valid but not generated
+    # fractional bounds on numbers: exact, compared digit by digit
+    ({"type": "number", "minimum": 1.1, "exclusiveMaximum": 3.5},
+     ["2", "2.5", "3", "3.0", "1.1", "1.10", "1.5", "3.49999"],
+     ["1", "1.05", "1.0999", "3.6", "3.5", "3.50", "4"]),
+    ({"exclusiveMinimum": 1.1}, ["1.2", "1.1000001", "5"], ["1.1", "1.10", "1", "-3"]),
+    ({"type": "number", "minimum": -1.5, "maximum": -1.25},
+     ["-1.5", "-1.25", "-1.3", "-1.250"], ["-1.51", "-1.2", "-1", "1.3", "-2"]),
     ({"type": "integer", "multipleOf": 2, "not": {"multipleOf": 3}}, ["2", "-4", "8", "10"],
      ["0", "6", "-12", "3", "1"]),
     ({"not": {"multipleOf": 2}}, ["1", "-3", "13"], ["0", "2", "-4", '"x"', "null"]),

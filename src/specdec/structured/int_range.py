@@ -11,6 +11,8 @@ semantics, where ``[0-9]|[1-9][0-9]`` would stop after one digit.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 _ANY_NONNEG = "(?:0|[1-9][0-9]*)"
 
 
@@ -114,3 +116,95 @@ def fraction_range_regex(lo: int | None, hi: int | None) -> str | None:
     if m_hi is None or m_lo <= m_hi:
         parts.append("-" + _nonneg(m_lo, m_hi) + _NONZERO_FRACTION)
     return "(?:" + "|".join(parts) + ")" if parts else None
+
+
+# ---------------------------------------------------------------- decimal bounds
+
+MAX_BOUND_DIGITS = 64  # fraction digits of a bound written out digit by digit
+
+
+def decimal_range_regex(lo: Decimal | None, hi: Decimal | None, lo_open: bool = False,
+                        hi_open: bool = False) -> str | None:
+    """Like :func:`number_range_regex`, for bounds with a fraction (``minimum: 1.1``):
+    the integer part decides unless it equals a bound's, then the fraction digits do,
+    compared digit by digit. None where no number lies in the range."""
+    parts = []
+    if hi is None or hi >= 0:
+        a, a_open = (lo, lo_open) if lo is not None and lo >= 0 else (Decimal(0), False)
+        parts.append(_decimal_magnitude(a, hi, a_open, hi_open))
+    if lo is None or lo <= 0:
+        a, a_open = (-hi, hi_open) if hi is not None and hi <= 0 else (Decimal(0), False)
+        b, b_open = (None, False) if lo is None else (-lo, lo_open)
+        magnitude = _decimal_magnitude(a, b, a_open, b_open)
+        parts.append(None if magnitude is None else "-" + magnitude)
+    parts = [p for p in parts if p is not None]
+    return "(?:" + "|".join(parts) + ")" if parts else None
+
+
+def _split(value: Decimal) -> tuple[int, str]:
+    """(integer part, fraction digits without trailing zeros) of ``value`` >= 0."""
+    whole, _, fraction = format(value, "f").partition(".")
+    return int(whole), fraction.rstrip("0")
+
+
+def _decimal_magnitude(a: Decimal, b: Decimal | None, a_open: bool,
+                       b_open: bool) -> str | None:
+    """Unsigned decimals m with a <= m <= b (``*_open``: strictly), a >= 0."""
+    if b is not None and (a > b or a == b and (a_open or b_open)):
+        return None
+    (whole_a, frac_a) = _split(a)
+    whole_b, frac_b = _split(b) if b is not None else (None, "")
+    if whole_b == whole_a:  # one integer part: the fraction between both bounds
+        from specdec.structured.schema_keys import regex_intersection
+
+        low, high = _fraction_at_least(frac_a, a_open), _fraction_at_most(frac_b, b_open)
+        both = regex_intersection(low, high, "#") if low and high else None
+        return None if both is None else str(whole_a) + f"(?:{both})"
+    parts = [str(whole_a) + _fraction_at_least(frac_a, a_open)]
+    if whole_b is None:
+        parts.append(_nonneg(whole_a + 1, None) + _FRACTION)
+    else:
+        if whole_b - 1 >= whole_a + 1:
+            parts.append(_nonneg(whole_a + 1, whole_b - 1) + _FRACTION)
+        top = _fraction_at_most(frac_b, b_open)
+        if top is not None:
+            parts.append(str(whole_b) + top)
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _fraction_at_least(digits: str, strict: bool) -> str:
+    """The written fractions ("" or ".ddd") of value >= 0.digits (> when ``strict``)."""
+    if not digits:
+        return _NONZERO_FRACTION if strict else _FRACTION
+    return r"\." + _digits_above(digits, strict)
+
+
+def _fraction_at_most(digits: str, strict: bool) -> str | None:
+    """The written fractions of value <= 0.digits (< when ``strict``; None: none)."""
+    if not digits:
+        return None if strict else _ZERO_FRACTION
+    return rf"(?:\.{_digits_below(digits, strict)})?"
+
+
+def _digits_above(digits: str, strict: bool) -> str:
+    """Non-empty digit strings s with 0.s >= 0.digits (> when strict), digits non-empty
+    without trailing zeros."""
+    first, rest = int(digits[0]), digits[1:]
+    parts = [f"[{first + 1}-9][0-9]*"] if first < 9 else []
+    if rest:
+        parts.append(f"{first}{_digits_above(rest, strict)}")
+    else:
+        parts.append(f"{first}0*[1-9][0-9]*" if strict else f"{first}[0-9]*")
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _digits_below(digits: str, strict: bool) -> str:
+    """Non-empty digit strings s with 0.s <= 0.digits (< when strict), digits non-empty
+    without trailing zeros."""
+    first, rest = int(digits[0]), digits[1:]
+    parts = [f"[0-{first - 1}][0-9]*"] if first > 0 else []
+    if rest:
+        parts.append(f"{first}(?:{_digits_below(rest, strict)})?")
+    elif not strict:
+        parts.append(f"{first}0*")
+    return "(?:" + "|".join(parts) + ")"

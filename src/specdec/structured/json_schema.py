@@ -11,12 +11,14 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``properties``/``required``/``additionalProperties`` (false, true or a schema),
   ``propertyNames``, ``minProperties``/``maxProperties``, ``dependentRequired`` (and
   draft 7 ``dependencies``), ``dependentSchemas`` (``if`` {an object with the name}
-  ``then`` {the schema}), ``patternProperties`` (see the refusals),
+  ``then`` {the schema}), ``patternProperties`` (one schema for all patterns; a listed
+  name a pattern matches takes both schemas; additional properties are the names no
+  pattern matches, :mod:`schema_keys`),
   ``items``/``prefixItems``/``minItems``/``maxItems`` (draft 7 ``items`` lists and
   ``additionalItems`` too), ``contains``/``minContains``/``maxContains`` (each item a hit
   or a miss of ``contains``, hits counted), ``minLength``/``maxLength``, ``pattern``,
-  ``minimum``/``maximum``/``exclusive*`` (integers: any bound; numbers: whole-number
-  bounds, bounded numbers written without an exponent), ``multipleOf`` on integers
+  ``minimum``/``maximum``/``exclusive*`` (integers: any bound; numbers: any bound of up
+  to 64 fraction digits, bounded numbers written without an exponent), ``multipleOf`` on integers
   (:mod:`schema_multiple`), ``anyOf``, ``oneOf`` (alternatives that cannot overlap, or
   each made exclusive with the complement of the others), ``not`` and ``if``/``then``/
   ``else`` where the complement is expressible (:mod:`schema_not`: ``type``, scalar
@@ -31,22 +33,23 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``$dynamicRef`` where it always resolves to one schema, boolean schemas,
   ``uniqueItems: false``;
 * generation-time restrictions (stricter than the schema, documented): properties in
-  the order written (listed ones, then additional ones spelled without escapes),
+  the order written (listed ones, then additional ones; ``property_order="any"``: listed
+  ones in any order, additional ones anywhere, for objects of up to 6 listed
+  properties), additional properties spelled without escapes,
   integers without an exponent (``1`` and ``1.0``, not ``1e0``; multiples of a
   fractional ``multipleOf`` other than 10^-d are generated as integer multiples),
   ``const``/``enum`` objects of more than 4 members (or a long regex) in the order
   written (smaller ones in any order), ``format`` (date, time, date-time,
   uuid, email, ipv4, hostname, uri) enforced as its syntax (without RFC length limits),
-  non-integer numbers (the complement of ``integer``) without an exponent, fractional
-  bounds on numbers tightened to the whole numbers inside them (``minimum: 1.1`` as 2),
-  whitespace by ``whitespace``;
+  non-integer numbers (the complement of ``integer``) without an exponent and, beside
+  fractional bounds, within the whole numbers inside them, whitespace by ``whitespace``;
 * refused by name (:class:`UnsupportedSchemaError`): ``uniqueItems: true``,
   ``$recursiveRef``, remote ``$ref`` without ``retrieve``, ``multipleOf`` above 256 or
   with bounds other than 0, the complement of what :mod:`schema_not` cannot express (``not``,
   ``if``, overlapping ``oneOf``), ``unevaluated*`` whose evaluated set depends on the
-  instance, ``patternProperties`` with different schemas, a listed name matching a
-  pattern, or beside additional properties, ``propertyNames`` beside listed and
-  additional properties, ``$dynamicRef`` with several ``$dynamicAnchor`` of its name,
+  instance, ``patternProperties`` with different schemas or beside ``propertyNames``,
+  ``propertyNames`` beside listed and additional properties, ``$dynamicRef`` with
+  several ``$dynamicAnchor`` of its name,
   ``allOf`` parts constraining one keyword in ways not merged above, and combinations
   that would need an intersection (``pattern`` with ``maxLength``). Annotations and
   unknown keywords are ignored, as the specification says.
@@ -66,11 +69,14 @@ import json
 import math
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.int_range import (
+    MAX_BOUND_DIGITS,
+    decimal_range_regex,
     fraction_range_regex,
     int_range_regex,
     number_range_regex,
@@ -605,7 +611,9 @@ class _Compiler:
             return self.terminal(decimal_regex(places, where))
         if not any(k in node for k in NUMBER_BOUNDS):
             return self.terminal(NUMBER)
-        regex = number_range_regex(*_number_bounds(node, where))
+        fractional = _decimal_bounds(node)
+        regex = decimal_range_regex(*fractional) if fractional is not None else \
+            number_range_regex(*_number_bounds(node, where))
         return None if regex is None else self.terminal(regex)
 
     def multiples(self, p: int, avoid: int | None, lo: int | None, hi: int | None,
@@ -996,6 +1004,30 @@ def _number_bounds(node: dict, where: str) -> tuple[int | None, int | None, bool
             value, is_open = whole(key, lower=False)
             if hi is None or value < hi or value == hi and is_open:
                 hi, hi_open = value, is_open
+    return lo, hi, lo_open, hi_open
+
+
+def _decimal_bounds(node: dict) -> tuple[Decimal | None, Decimal | None, bool, bool] | None:
+    """(lo, hi, lo exclusive, hi exclusive) as the decimals the schema writes, where a
+    bound has a fraction of at most MAX_BOUND_DIGITS digits; None otherwise (whole
+    bounds, or ones :func:`_number_bounds` checks or tightens)."""
+    values = {k: node[k] for k in NUMBER_BOUNDS if k in node}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values.values()):
+        return None
+    exact = {k: Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+             for k, v in values.items()}
+    digits = [-d.as_tuple().exponent for d in exact.values() if d != d.to_integral_value()]
+    if not digits or max(digits) > MAX_BOUND_DIGITS:
+        return None
+    lo = hi = None
+    lo_open = hi_open = False
+    for key, value in exact.items():
+        is_open = key.startswith("exclusive")
+        if key.endswith("inimum") and (lo is None or value > lo or value == lo and is_open):
+            lo, lo_open = value, is_open
+        if key.endswith("aximum") and (hi is None or value < hi or value == hi and is_open):
+            hi, hi_open = value, is_open
     return lo, hi, lo_open, hi_open
 
 

@@ -36,6 +36,12 @@ def regex_difference(base: str, removed: list[str], where: str) -> str | None:
     return regex
 
 
+def regex_intersection(a: str, b: str, where: str) -> str | None:
+    """A regex matching what both ``a`` and ``b`` match (None: nothing)."""
+    fsm = _fsm(a, where).intersection(_fsm(b, where)).reduce()
+    return None if fsm.empty() else _to_regex(fsm)
+
+
 def _fsm(regex: str, where: str) -> FSM:
     try:
         return interegular.parse_pattern(regex).to_fsm()
