@@ -53,6 +53,7 @@ _disk = DiskCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_DISK_MIB", "1024"
 _locks: dict[tuple[str, str], threading.Lock] = {}  # keys being compiled now
 _guard = threading.Lock()
 _compiler = ProcessCompiler()  # isolated compiles: one capped child process each
+_warmed: set[str] = set()  # vocabularies whose common walks this process has done
 
 
 def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = None) -> None:
@@ -75,6 +76,21 @@ def clear_caches(memory: bool = True, disk: bool = True, shared: bool = False) -
     if shared:
         regex_to_byte_dfa.cache_clear()
         SHARED_WALKS.clear()
+        _warmed.clear()
+
+
+def warm_common_walks(vocab: TokenVocabulary) -> None:
+    """Walk the dear states of the terminals most JSON schemas share (those of
+    :mod:`~specdec.structured.compile_preload`) into the process-wide walk store, once per
+    vocabulary and process (~40 whole-vocabulary walks), so a schema's compile walks only
+    the terminals of its own (patterns, bounded strings)."""
+    if vocab.fingerprint in _warmed:
+        return
+    _warmed.add(vocab.fingerprint)
+    from specdec.structured.compile_preload import COMMON_GRAMMARS
+
+    for text in COMMON_GRAMMARS:
+        CompiledGrammar(grammar_tables(text, use_disk_cache=False), vocab).warm_shared_walks()
 
 
 def configure_isolation(max_workers: int | None = None,
@@ -165,6 +181,7 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
             on_valid()
         path = _walks_path(tables, vocab)
         loaded = _disk.load(path) if use_disk_cache else None
+        warm_common_walks(vocab)
         compiled = CompiledGrammar(tables, vocab, loaded[0] if loaded else None)
         if loaded is None:
             data = dumps(compiled.prewalk())
@@ -202,6 +219,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
                 _disk.store(_walks_path(tables[0], vocab), walks_data)
         elif on_valid is not None:
             on_valid()
+        warm_common_walks(vocab)
         compiled = CompiledGrammar(tables[0], vocab, walks[0])
         compiled.warm_up()  # here, not in the first masks on the engine thread
         return compiled, tables[1] + walks[1]

@@ -49,7 +49,7 @@ from specdec.structured.backends import (
     StructuredBackends,
 )
 from specdec.structured.bitmask import allocate_token_bitmask, apply_token_bitmask_
-from specdec.structured.compile import grammar_tables, start_isolation
+from specdec.structured.compile import grammar_tables, start_isolation, warm_common_walks
 from specdec.structured.compile_worker import ISOLATION, MAX_WORKERS
 from specdec.structured.errors import CompileTimeoutError, ConstraintError
 from specdec.structured.matcher import Matcher
@@ -118,6 +118,7 @@ class StructuredOutputPlugin:
         self.work_ready = getattr(context, "work_ready", None)
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
         grammar_tables('start: "a"', use_disk_cache=False)  # lark's one-time set-up, now
+        self._executor.submit(warm_common_walks, self.vocab)  # off the engine thread
         if ISOLATION:
             start_isolation()
         if not context.config.speculative:
