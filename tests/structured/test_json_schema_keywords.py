@@ -48,7 +48,11 @@ CASES = [
      ["0", "-4", "6"]),
     ({"type": "number", "multipleOf": 0.01}, ["1.25", "3", "0.1", "1.500", "-2.5"],
      ["1.251", "0.001"]),
-    ({"multipleOf": 1.5}, ["3", "-6", '"x"'], ["1", "4.6"]),
+    # a fractional multipleOf: at most its fraction digits, their integer a multiple
+    ({"multipleOf": 1.5}, ["3", "-6", '"x"', "4.5", "-4.5", "1.50", "0", "10.5"],
+     ["1", "4.6", "0.75", "1.05", "01.5", "1."]),
+    ({"type": "number", "multipleOf": 2.56}, ["5.12", "0", "-256", "2.560"],
+     ["2.5", "2.56001", "1.28"]),
     ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
     # fractional bounds on numbers: exact, compared digit by digit
     ({"type": "number", "minimum": 1.1, "exclusiveMaximum": 3.5},

@@ -18,12 +18,12 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   ``additionalItems`` too), ``contains``/``minContains``/``maxContains`` (each item a hit
   or a miss of ``contains``, hits counted), ``minLength``/``maxLength``, ``pattern``,
   ``minimum``/``maximum``/``exclusive*`` (integers: any bound; numbers: any bound of up
-  to 64 fraction digits, bounded numbers written without an exponent), ``multipleOf`` on integers
-  (:mod:`schema_multiple`), ``anyOf``, ``oneOf`` (alternatives that cannot overlap, or
-  each made exclusive with the complement of the others), ``not`` and ``if``/``then``/
-  ``else`` where the complement is expressible (:mod:`schema_not`: ``type``, scalar
-  ``const``/``enum``, bounds, lengths, whole ``multipleOf``, ``properties``,
-  ``required``, ``anyOf``),
+  to 64 fraction digits, bounded numbers written without an exponent), ``multipleOf``
+  on integers and on unbounded numbers (:mod:`schema_multiple`), ``anyOf``, ``oneOf``
+  (alternatives that cannot overlap, or each made exclusive with the complement of the
+  others), ``not`` and ``if``/``then``/``else`` where the complement is expressible
+  (:mod:`schema_not`: ``type``, scalar ``const``/``enum``, bounds, lengths, whole
+  ``multipleOf``, ``properties``, ``required``, ``anyOf``),
   ``allOf`` and ``$ref`` beside other keywords (merged: bounds to the tighter one,
   ``multipleOf`` to the least common multiple, ``not`` to ``not`` ``anyOf``,
   ``properties``/``additionalProperties`` and ``prefixItems``/``items`` position by
@@ -36,8 +36,8 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   the order written (listed ones, then additional ones; ``property_order="any"``: listed
   ones in any order, additional ones anywhere, for objects of up to 6 listed
   properties), additional properties spelled without escapes,
-  integers without an exponent (``1`` and ``1.0``, not ``1e0``; multiples of a
-  fractional ``multipleOf`` other than 10^-d are generated as integer multiples),
+  integers without an exponent (``1`` and ``1.0``, not ``1e0``; beside bounds, the
+  multiples of a fractional ``multipleOf`` are generated as integer multiples),
   ``const``/``enum`` objects of more than 4 members (or a long regex) in the order
   written (smaller ones in any order), ``format`` (date, time, date-time,
   uuid, email, ipv4, hostname, uri) enforced as its syntax (without RFC length limits),
@@ -60,6 +60,12 @@ no others unless ``additionalProperties`` allows them explicitly (small models i
 keys otherwise); one that lists none takes any. ``"open"``: the specification's default,
 extra properties unless ``additionalProperties`` forbids them. ``"closed"`` (OpenAI's
 strict mode, ``strict=True``): only where ``additionalProperties`` allows them.
+
+Property order (``property_order``): ``"written"`` (the default, as OpenAI's strict mode
+and llguidance do: a schema listing ``reasoning`` before ``answer`` gets them in that
+order); ``"any"``: the specification's, listed properties in any order, each at most
+once, with a rule per subset of those present (objects of up to 6 listed properties;
+larger ones keep the order written).
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ from specdec.structured.int_range import (
 )
 from specdec.structured.schema_multiple import (
     common_multiple,
+    decimal_multiples,
     decimal_places,
     decimal_regex,
     integer_residues,
@@ -603,7 +610,10 @@ class _Compiler:
         step = multiple_of(node, where)
         if step is not None:
             places = decimal_places(step)
-            if not places:  # integer multiples (a generation-time restriction)
+            if places is None and step.denominator > 1 and not any(
+                    k in node for k in NUMBER_BOUNDS):
+                return self.rule(decimal_multiples(step, self.rule, where))
+            if not places:  # integer multiples (beside bounds: a generation-time restriction)
                 return self.type_integer(node, where)
             if any(k in node for k in NUMBER_BOUNDS):
                 raise UnsupportedSchemaError(

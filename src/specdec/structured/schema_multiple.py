@@ -2,10 +2,12 @@
 digit, the rule per residue of the digits so far modulo ``p`` (``n*10 + d`` mod ``p``
 after digit ``d``), the number ending where the residue is 0.
 
-``multipleOf: p/q`` (in lowest terms) accepts every integer multiple of ``p``: those are
-generated (a number's fraction is dropped, a generation-time restriction), except for
-``multipleOf: 10^-d`` on numbers, which is exactly the numbers written with at most
-``d`` fraction digits (then zeros).
+``multipleOf: 10^-d`` on numbers is exactly the numbers written with at most ``d``
+fraction digits (then zeros). Another fractional ``multipleOf`` = m / 10^d on numbers
+(:func:`decimal_multiples`): at most ``d`` fraction digits and the digits, read as an
+integer, a multiple of ``m``, by an automaton whose rules are left-recursive. Beside
+bounds, ``multipleOf: p/q`` (in lowest terms) generates the integer multiples of ``p``
+(a generation-time restriction); on integers that is exact.
 """
 
 from __future__ import annotations
@@ -97,3 +99,92 @@ def decimal_regex(places: int, where: str) -> str:
 
 def is_multiple(value: Any, step: Fraction) -> bool:
     return exact(value) % step == 0
+
+
+def decimal_multiples(step: Fraction, rule: Callable[[list[str], str | None], str],
+                      where: str) -> list[str]:
+    """Alternatives of a rule matching the JSON numbers (no exponent) that are multiples
+    of a fractional ``step`` = m / 10^d: at most d fraction digits (then zeros) and the
+    digits, read as the integer x * 10^d, a multiple of m. The rules track that integer
+    modulo m, digit by digit, and where d fraction digits have been read; states that
+    can no longer end on a multiple are left out."""
+    d = 0
+    while (step * 10**d).denominator != 1:
+        d += 1
+        if d > MAX_FRACTION_DIGITS:
+            raise UnsupportedSchemaError(f"multipleOf at {where}: too many decimal places")
+    m = int(step * 10**d)
+    if m > MAX_MODULUS:
+        raise UnsupportedSchemaError(
+            f"multipleOf at {where}: residues modulo {m} (above {MAX_MODULUS}) are not "
+            "supported")
+    moves, ends = _decimal_automaton(m, d)
+    magnitude = rule(automaton_rules(moves, ("start",), ends, rule), None)
+    return [f'"-" {magnitude}', magnitude]
+
+
+def automaton_rules(moves: dict[tuple, list[tuple[str, tuple]]], start: tuple,
+                    ends: set[tuple], rule: Callable[[list[str], str | None], str]
+                    ) -> list[str]:
+    """Alternatives of a rule matching what the automaton ``moves`` accepts from
+    ``start`` to one of ``ends``: a rule per state for the texts that reach it, each the
+    rule of the state before and a token (left recursion: the parser reduces as it
+    reads, so neither its stack nor lark's LALR analysis grows with the automaton)."""
+    live = _co_reachable(moves, ends) & _reachable(moves, start)
+    names = {state: rule([], None) for state in live if state != start}
+    bodies: dict[tuple, list[str]] = {state: [] for state in names}
+    for state in live:
+        for token, target in moves.get(state, []):
+            if target in names:
+                bodies[target].append(token if state == start else f"{names[state]} {token}")
+    for state, name in names.items():
+        rule(bodies[state], name)
+    return [names[state] for state in names if state in ends]
+
+
+def _decimal_automaton(m: int, d: int) -> tuple[dict[tuple, list[tuple[str, tuple]]],
+                                                set[tuple]]:
+    """(moves: state -> [(token, next state)], accepting states) of the magnitudes
+    (unsigned decimals) whose value times 10^d is a multiple of m."""
+    moves: dict[tuple, list[tuple[str, tuple]]] = {
+        ("start",): [(DIGITS[0], ("zero",))] + [(DIGITS[g], ("int", g % m))
+                                                 for g in range(1, 10)],
+        ("zero",): [('"."', ("frac", 0, 0))]}
+    ends = {("zero",)}
+    for r in range(m):
+        moves[("int", r)] = [(DIGITS[g], ("int", (10 * r + g) % m)) for g in range(10)]
+        moves[("int", r)].append(('"."', ("frac", r, 0)))
+        if r * 10**d % m == 0:
+            ends.add(("int", r))
+        for j in range(d + 1):
+            if j < d:
+                moves[("frac", r, j)] = [(DIGITS[g], ("frac", (10 * r + g) % m, j + 1))
+                                         for g in range(10)]
+            else:  # d fraction digits read: only zeros may follow
+                moves[("frac", r, j)] = [(DIGITS[0], ("frac", r, j))]
+            if j > 0 and r * 10 ** (d - j) % m == 0:
+                ends.add(("frac", r, j))
+    return moves, ends
+
+
+def _reachable(moves: dict[tuple, list[tuple[str, tuple]]], start: tuple) -> set:
+    seen, stack = {start}, [start]
+    while stack:
+        for _, target in moves.get(stack.pop(), []):
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def _co_reachable(moves: dict[tuple, list[tuple[str, tuple]]], ends: set[tuple]) -> set:
+    """The states from which an accepting state can be reached."""
+    live = set(ends)
+    changed = True
+    while changed:
+        changed = False
+        for state, options in moves.items():
+            if state not in live and any(s in live for _, s in options):
+                live.add(state)
+                changed = True
+    return live
