@@ -66,6 +66,11 @@ class TokenVocabulary:
         """The tokens' bytes as a trie (see :mod:`specdec.structured.byte_trie`)."""
         return build_byte_trie(self.token_bytes, self.vocab_size)
 
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The longest token in bytes (bounds how far one token can move a parser)."""
+        return max((len(b) for b in self.token_bytes if b), default=0)
+
     def bytes_to_ids(self) -> dict[bytes, list[int]]:
         """Bytes -> every token id with those bytes (the shape outlines-core wants)."""
         out: dict[bytes, list[int]] = {}

@@ -23,7 +23,7 @@ from lark.lexer import Lexer, Pattern, PatternStr
 from specdec.structured.bitmask import num_words, pack_bool_mask, pack_token_ids
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.fast_grammar import fast_grammar as read_plain_grammar
-from specdec.structured.cfg.lalr import LALRTable, Stack
+from specdec.structured.cfg.lalr import MAX_STACK_DEPTH, LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
 from specdec.structured.cfg.prewalk import prewalk
 from specdec.structured.cfg.token_walk import WalkResult, walk, walk_from_root
@@ -128,6 +128,9 @@ class CompiledGrammar:
         self._stack_tset: dict[Stack, int] = {}
         self._walks: dict[tuple, WalkResult] = dict(walks or {})
         self._masks: dict[State, np.ndarray] = {}
+        self._suffix_masks: dict[tuple, np.ndarray] = {}  # (stack suffix, tset, q) -> mask
+        self._suffix_depths: dict[tuple, set[int]] = {}  # (top, tset, q) -> suffix lengths
+        self._growth = vocab.max_token_bytes + 2  # how much one token may grow the stack
         self._inside_masks: dict[tuple, np.ndarray] = {}  # walk key -> packed token mask
         self._lock = threading.RLock()
         self._trie = vocab.byte_trie
@@ -166,14 +169,18 @@ class CompiledGrammar:
     # ------------------------------------------------------------ lexer contexts
 
     def tset_for(self, stack: Stack) -> int:
-        tset = self._stack_tset.get(stack)
-        if tset is None:
+        return self.tset_low(stack)[0]
+
+    def tset_low(self, stack: Stack) -> tuple[int, int]:
+        """The lexer context of ``stack`` and the lowest index of ``stack`` it depends on."""
+        found = self._stack_tset.get(stack)
+        if found is None:
             index = self.tables.index
             if self.tables.basic_lexer:
-                members = frozenset(range(len(self.tables.terminals)))
+                members, low = frozenset(range(len(self.tables.terminals))), len(stack)
             else:
-                members = frozenset(index[t] for t in self.lalr.acceptable(stack))
-                members |= self.tables.ignore
+                names, low = self.lalr.acceptable_low(stack)
+                members = frozenset(index[t] for t in names) | self.tables.ignore
             with self._lock:
                 tset = self._tset_ids.get(members)
                 if tset is None:
@@ -181,8 +188,8 @@ class CompiledGrammar:
                     tset = self._tset_ids[members] = len(self._lexers) - 1
             if len(self._stack_tset) > MAX_CACHED_MASKS:
                 self._stack_tset.clear()
-            self._stack_tset[stack] = tset
-        return tset
+            found = self._stack_tset[stack] = (tset, low)
+        return found
 
     def close_lexeme(self, stack: Stack, tset: int, q: int) -> Stack | None:
         """The stack after the lexeme in state ``q`` closes (None: no terminal / parse error)."""
@@ -223,29 +230,92 @@ class CompiledGrammar:
         mask = self._masks.get(state)
         if mask is not None:
             return mask
-        mask = np.zeros(self._num_words, dtype=np.int32)
-        if state[2] != FINISHED:
-            stack, tset, q = state
-            self._collect(stack, tset, q, (self._lexers[tset].live[q],), None, mask)
-            if self.is_accepting(state):
-                mask |= self._eos_mask
-        mask.setflags(write=False)
+        mask = self._suffix_mask(state)
+        if mask is None:
+            mask, low = self._compute_mask(state)
+            self._remember_suffix(state, low, mask)
         if len(self._masks) > MAX_CACHED_MASKS:
             self._masks.clear()
         self._masks[state] = mask
         return mask
 
+    def _compute_mask(self, state: State) -> tuple[np.ndarray, int]:
+        """The mask of ``state`` and the lowest index of its stack the mask depends on."""
+        stack, tset, q = state
+        mask = np.zeros(self._num_words, dtype=np.int32)
+        reach = _Reach(len(stack))
+        if q != FINISHED:
+            self._collect(stack, tset, q, (self._lexers[tset].live[q],), None, mask,
+                          len(stack), reach)
+            if self._accepting_read(stack, tset, q, reach):
+                mask |= self._eos_mask
+        mask.setflags(write=False)
+        return mask, reach.low
+
+    # A mask depends on the top of the stack only (what the parser reads while feeding the
+    # terminals a token can close): masks are also kept by that suffix, so a structure seen
+    # at another depth or position (the next array item, a nested object) is a dict hit.
+    def _suffix_mask(self, state: State) -> np.ndarray | None:
+        stack, tset, q = state
+        if len(stack) + self._growth >= MAX_STACK_DEPTH:
+            return None  # near the depth limit the stack's length matters too
+        for depth in self._suffix_depths.get((stack[-1], tset, q), ()):
+            if depth <= len(stack):
+                mask = self._suffix_masks.get((stack[len(stack) - depth:], tset, q))
+                if mask is not None:
+                    return mask
+        return None
+
+    def _remember_suffix(self, state: State, low: int, mask: np.ndarray) -> None:
+        stack, tset, q = state
+        if len(stack) + self._growth >= MAX_STACK_DEPTH:
+            return
+        if len(self._suffix_masks) > MAX_CACHED_MASKS:
+            self._suffix_masks.clear()
+            self._suffix_depths.clear()
+        self._suffix_masks[(stack[low:], tset, q)] = mask
+        self._suffix_depths.setdefault((stack[-1], tset, q), set()).add(len(stack) - low)
+
+    def _accepting_read(self, stack: Stack, tset: int, q: int, reach: _Reach) -> bool:
+        """:meth:`is_accepting`, noting in ``reach`` how deep it read ``stack``."""
+        kept = len(stack)
+        if q != 0:
+            terminal = int(self._lexers[tset].winner[q])
+            if terminal < 0:
+                return False
+            if terminal not in self.tables.ignore:
+                stack, low = self.lalr.feed_low(stack, self.tables.terminals[terminal].name)
+                reach.read(low, kept)
+                if stack is None:
+                    return False
+                kept = min(kept, low + 1)
+        accepts, low = self.lalr.accepts_end_low(stack)
+        reach.read(low, kept)
+        return accepts
+
     def _inside_mask(self, key: tuple, result: WalkResult) -> np.ndarray:
         """The packed token mask of the tokens a walk ends inside its lexeme (cached:
-        the same walk serves many parser stacks, each a different mask)."""
+        the same walk serves many parser stacks, each a different mask; a single
+        terminal's whole-vocabulary walk's mask process-wide, like the walk)."""
         packed = self._inside_masks.get(key)
         if packed is None:
-            allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
-            allowed[self._trie.tokens_at(result.inside)] = True
-            packed = pack_bool_mask(allowed)
+            if len(key) == 1 and len(key[0]) == 1:
+                ((terminal, terminal_state),) = key[0]
+                shared = (self.vocab.fingerprint, self.tables.terminal_keys[terminal],
+                          terminal_state)
+                packed = SHARED.packed(shared, lambda: self._pack_inside(result))
+            else:
+                packed = self._pack_inside(result)
             if len(self._inside_masks) > MAX_CACHED_MASKS:
                 self._inside_masks.clear()
             self._inside_masks[key] = packed
+        return packed
+
+    def _pack_inside(self, result: WalkResult) -> np.ndarray:
+        allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
+        allowed[self._trie.tokens_at(result.inside)] = True
+        packed = pack_bool_mask(allowed)
+        packed.setflags(write=False)
         return packed
 
     def _root_walk(self, tset: int, q: int, live: tuple) -> WalkResult:
@@ -268,12 +338,14 @@ class CompiledGrammar:
         return result
 
     def _collect(self, stack: Stack, tset: int, q: int, key: tuple, start: np.ndarray | None,
-                 allowed: np.ndarray) -> None:
+                 allowed: np.ndarray, kept: int, reach: _Reach) -> None:
         """Set in ``allowed`` (a packed token mask) the tokens that the state accepts.
 
         ``start``: the trie nodes whose bytes begin the lexeme (None: the whole vocabulary).
         ``key``: the walk's cache key, (live pairs of the first lexer state,) then one
-        (terminal, next lexer context) per boundary crossed.
+        (terminal, next lexer context) per boundary crossed. ``kept``: how many entries at
+        the bottom of ``stack`` are the mask's own stack's; ``reach`` records how deep
+        into those the parser reads.
         """
         result = self._walks.get(key)
         if result is None:
@@ -284,15 +356,33 @@ class CompiledGrammar:
             self._walks[key] = result
         allowed |= self._inside_mask(key, result)
         for terminal, sub_start in result.boundaries.items():
+            next_kept = kept
             if terminal in self.tables.ignore:
                 next_stack = stack
             else:
-                next_stack = self.lalr.feed(stack, self.tables.terminals[terminal].name)
+                next_stack, low = self.lalr.feed_low(stack, self.tables.terminals[terminal].name)
+                reach.read(low, kept)
                 if next_stack is None:
                     continue
-            next_tset = self.tset_for(next_stack)
+                next_kept = min(kept, low + 1)
+            next_tset, low = self.tset_low(next_stack)
+            reach.read(low, next_kept)
             self._collect(next_stack, next_tset, 0, key + (terminal, next_tset), sub_start,
-                          allowed)
+                          allowed, next_kept, reach)
+
+
+class _Reach:
+    """The lowest index of a mask's stack that computing the mask read."""
+
+    __slots__ = ("low",)
+
+    def __init__(self, length: int):
+        self.low = max(length - 1, 0)
+
+    def read(self, low: int, kept: int) -> None:
+        """A read down to ``low`` of a stack whose first ``kept`` entries are the mask's."""
+        if low < kept:
+            self.low = min(self.low, low)
 
 
 class GrammarMatcher(StateStackMatcher):

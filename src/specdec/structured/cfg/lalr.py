@@ -32,38 +32,61 @@ class LALRTable:
             self.gotos[state] = gotos
         self.start_stack: Stack = (parse_table.start_states[start],)
         self.end_state = parse_table.end_states[start]
-        self._acceptable: dict[Stack, frozenset[str]] = {}
+        self._acceptable: dict[Stack, tuple[frozenset[str], int]] = {}
 
     def feed(self, stack: Stack, terminal: str) -> Stack | None:
         """The stack after shifting ``terminal``, or None if the grammar forbids it."""
+        return self.feed_low(stack, terminal)[0]
+
+    def feed_low(self, stack: Stack, terminal: str) -> tuple[Stack | None, int]:
+        """:meth:`feed`, and the lowest index of ``stack`` it read: the result depends on
+        ``stack[low:]`` only (and on the stack's length through ``MAX_STACK_DEPTH``)."""
+        low = len(stack) - 1
         while True:
             act = self.actions[stack[-1]].get(terminal)
             if act is None:
-                return None
+                return None, low
             is_shift, arg = act
             if is_shift:
-                return stack + (arg,) if len(stack) < MAX_STACK_DEPTH else None
+                return (stack + (arg,) if len(stack) < MAX_STACK_DEPTH else None), low
             size, origin = arg
             base = stack[: len(stack) - size] if size else stack
+            low = min(low, len(base) - 1)
             stack = base + (self.gotos[base[-1]][origin],)
 
     def accepts_end(self, stack: Stack) -> bool:
         """Whether the input may end here (``$END`` reduces to the accepting state)."""
+        return self.accepts_end_low(stack)[0]
+
+    def accepts_end_low(self, stack: Stack) -> tuple[bool, int]:
+        """:meth:`accepts_end` and the lowest index of ``stack`` it read."""
+        low = len(stack) - 1
         while True:
             if stack[-1] == self.end_state:
-                return True
+                return True, low
             act = self.actions[stack[-1]].get(END)
             if act is None or act[0]:
-                return False
+                return False, low
             size, origin = act[1]
             base = stack[: len(stack) - size] if size else stack
+            low = min(low, len(base) - 1)
             stack = base + (self.gotos[base[-1]][origin],)
 
     def acceptable(self, stack: Stack) -> frozenset[str]:
         """Terminals that can really be shifted next (not just listed in the top state)."""
+        return self.acceptable_low(stack)[0]
+
+    def acceptable_low(self, stack: Stack) -> tuple[frozenset[str], int]:
+        """:meth:`acceptable` and the lowest index of ``stack`` it read."""
         found = self._acceptable.get(stack)
         if found is None:
-            found = frozenset(t for t in self.actions[stack[-1]]
-                              if t != END and self.feed(stack, t) is not None)
-            self._acceptable[stack] = found
+            low = len(stack) - 1
+            names = []
+            for t in self.actions[stack[-1]]:
+                if t != END:
+                    fed, read = self.feed_low(stack, t)
+                    low = min(low, read)
+                    if fed is not None:
+                        names.append(t)
+            found = self._acceptable[stack] = (frozenset(names), low)
         return found

@@ -40,6 +40,7 @@ class WalkStore:
         self.max_bytes = max_bytes
         self.nbytes = 0
         self._entries: OrderedDict[Key, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
+        self._packed: dict[Key, np.ndarray] = {}  # packed inside masks of stored walks
         self._lock = threading.Lock()
 
     def get(self, key: Key, terminal: int) -> WalkResult | None:
@@ -60,12 +61,27 @@ class WalkStore:
             self._entries[key] = (result.inside, closing)
             self.nbytes += size
             while self.nbytes > self.max_bytes:
-                _, (inside, old) = self._entries.popitem(last=False)
+                old_key, (inside, old) = self._entries.popitem(last=False)
                 self.nbytes -= inside.nbytes + (0 if old is None else old.nbytes)
+                self._packed.pop(old_key, None)
+
+    def packed(self, key: Key, compute) -> np.ndarray:
+        """The packed token mask of the walk's inside tokens (``compute()`` once per key:
+        grammar-independent like the walk, so no grammar repeats the whole-vocabulary
+        packing of a JSON string's interior)."""
+        with self._lock:
+            mask = self._packed.get(key)
+        if mask is None:
+            mask = compute()
+            with self._lock:
+                if key in self._entries:  # kept only while its walk is
+                    self._packed[key] = mask
+        return mask
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._packed.clear()
             self.nbytes = 0
 
 
