@@ -25,7 +25,7 @@ pytestmark = [
 KEYWORD_FILES = sorted({(draft, p.stem) for draft in schema_suite.DRAFTS
                         for p in (ROOT / draft).glob("*.json")}) if ROOT.is_dir() else []
 MIN_COMPILED = 559  # of 640 groups (measured: 561)
-MAX_VALID_REJECTED = 0.02  # of the valid instances in compiled groups (measured: 21/1189)
+MAX_VALID_REJECTED = 0.015  # of the valid instances in compiled groups (measured: 13/1189)
 
 
 @pytest.fixture(scope="module")
