@@ -56,3 +56,19 @@ def test_tokens_at_lists_every_token_spelled_by_the_nodes():
     assert sorted(trie.tokens_at(np.array([node[0], node[5]])).tolist()) == [0, 5]
     assert trie.tokens_at(np.array([node[2]])).tolist() == [2]
     assert trie.tokens_at(np.array([], dtype=np.intp)).tolist() == []
+
+
+def test_packed_tokens_at_equals_packing_tokens_at(tokenizer):
+    from specdec.structured.bitmask import pack_bool_mask
+
+    trie = token_vocabulary(tokenizer, 49152, frozenset([2])).byte_trie
+    rng = np.random.default_rng(0)
+    token_nodes = np.flatnonzero(trie.is_token)
+    for n in (0, 1, 37, 4000, 5000):
+        nodes = np.sort(rng.choice(token_nodes, n, replace=False))
+        allowed = np.zeros(49152, dtype=bool)
+        allowed[trie.tokens_at(nodes)] = True
+        assert np.array_equal(trie.packed_tokens_at(nodes, 49152), pack_bool_mask(allowed))
+    shared = build_byte_trie([b"a", b"a", b"b"], 3)  # one node, two ids
+    node = shared.token_node[:1]
+    assert shared.packed_tokens_at(node, 3).tolist() == [0b11]

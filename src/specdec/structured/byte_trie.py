@@ -57,6 +57,30 @@ class ByteTrie:
         count = np.bincount(nodes, minlength=self.num_nodes)
         return order, first, count
 
+    @functools.cached_property
+    def _single_token(self) -> np.ndarray:
+        """Per node: the one token spelled exactly by it, -1 when none or several."""
+        order, first, count = self._tokens_by_node
+        single = np.full(self.num_nodes, -1, dtype=np.intp)
+        ones = np.flatnonzero(count == 1)
+        single[ones] = order[first[ones]]
+        return single
+
+    def packed_tokens_at(self, nodes: np.ndarray, vocab_size: int) -> np.ndarray:
+        """The packed int32 token mask (:mod:`~specdec.structured.bitmask` layout) of
+        :meth:`tokens_at`; small sets set their bits directly, without a bool vector."""
+        words = (vocab_size + 31) // 32
+        if nodes.shape[0] > 4096:
+            allowed = np.zeros(words * 32, dtype=bool)
+            allowed[self.tokens_at(nodes)] = True
+            return np.packbits(allowed, bitorder="little").view(np.int32)
+        ids = self._single_token[nodes]
+        if (ids < 0).any():
+            ids = self.tokens_at(nodes)
+        mask = np.zeros(words, dtype=np.uint32)
+        np.bitwise_or.at(mask, ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
+        return mask.view(np.int32)
+
     def tokens_at(self, nodes: np.ndarray) -> np.ndarray:
         """The ids of the tokens spelled exactly by ``nodes`` (several ids may share one)."""
         order, first, count = self._tokens_by_node

@@ -83,7 +83,8 @@ def warm_common_walks(vocab: TokenVocabulary) -> None:
     """Walk the dear states of the terminals most JSON schemas share (those of
     :mod:`~specdec.structured.compile_preload`) into the process-wide walk store, once per
     vocabulary and process (~40 whole-vocabulary walks), so a schema's compile walks only
-    the terminals of its own (patterns, bounded strings)."""
+    the terminals of its own (patterns, bounded strings). Done before the first JSON
+    schema's compile, and at engine start by the plugin."""
     if vocab.fingerprint in _warmed:
         return
     _warmed.add(vocab.fingerprint)
@@ -181,7 +182,8 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
             on_valid()
         path = _walks_path(tables, vocab)
         loaded = _disk.load(path) if use_disk_cache else None
-        warm_common_walks(vocab)
+        if spec.origin == "json_schema":
+            warm_common_walks(vocab)
         compiled = CompiledGrammar(tables, vocab, loaded[0] if loaded else None)
         if loaded is None:
             data = dumps(compiled.prewalk())
@@ -219,7 +221,8 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
                 _disk.store(_walks_path(tables[0], vocab), walks_data)
         elif on_valid is not None:
             on_valid()
-        warm_common_walks(vocab)
+        if spec.origin == "json_schema":
+            warm_common_walks(vocab)
         compiled = CompiledGrammar(tables[0], vocab, walks[0])
         compiled.warm_up()  # here, not in the first masks on the engine thread
         return compiled, tables[1] + walks[1]

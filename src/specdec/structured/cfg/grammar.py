@@ -20,7 +20,7 @@ from lark import Lark
 from lark.exceptions import LarkError
 from lark.lexer import Lexer, Pattern, PatternStr
 
-from specdec.structured.bitmask import num_words, pack_bool_mask, pack_token_ids
+from specdec.structured.bitmask import num_words, pack_token_ids
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.fast_grammar import fast_grammar as read_plain_grammar
 from specdec.structured.cfg.lalr import MAX_STACK_DEPTH, LALRTable, Stack
@@ -312,9 +312,7 @@ class CompiledGrammar:
         return packed
 
     def _pack_inside(self, result: WalkResult) -> np.ndarray:
-        allowed = np.zeros(self.vocab.vocab_size, dtype=bool)
-        allowed[self._trie.tokens_at(result.inside)] = True
-        packed = pack_bool_mask(allowed)
+        packed = self._trie.packed_tokens_at(result.inside, self.vocab.vocab_size)
         packed.setflags(write=False)
         return packed
 
