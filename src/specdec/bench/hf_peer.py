@@ -14,8 +14,10 @@ def load_hf_model(model_dir, dtype: torch.dtype):
 
 
 def hf_generate(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_ids, pad_id: int,
-                batch_size: int) -> tuple[float, list[list[int]]]:
-    """Greedy, left-padded batches. Returns (seconds, generated ids per prompt up to EOS)."""
+                batch_size: int, ignore_eos: bool = False) -> tuple[float, list[list[int]]]:
+    """Greedy, left-padded batches. Returns (seconds, generated ids per prompt up to EOS;
+    with ``ignore_eos`` all ``max_new_tokens`` of each)."""
+    fixed = {"min_new_tokens": max_new_tokens} if ignore_eos else {}
     outputs: list[list[int]] = []
     start = time.perf_counter()
     for b in range(0, len(prompt_ids), batch_size):
@@ -29,13 +31,13 @@ def hf_generate(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_ids
         with torch.inference_mode():
             out = model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                do_sample=False, eos_token_id=list(eos_ids), pad_token_id=pad_id,
+                do_sample=False, eos_token_id=list(eos_ids), pad_token_id=pad_id, **fixed,
             )
         for row in out[:, width:].tolist():
             gen = []
             for t in row:
                 gen.append(t)
-                if t in eos_ids:
+                if t in eos_ids and not ignore_eos:
                     break
             outputs.append(gen)
     return time.perf_counter() - start, outputs

@@ -13,6 +13,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--hf-batch-size", type=int, default=64)
     parser.add_argument("--skip-hf", action="store_true", help="specdec only")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="every request generates --max-tokens (a fixed-length workload)")
+    parser.add_argument("--solo-check", type=int, default=8, metavar="N",
+                        help="rerun the first N prompts one at a time: are specdec's greedy "
+                             "outputs the same alone as in the batch? (0: skip)")
 
 
 def main(args: argparse.Namespace) -> dict:
@@ -26,7 +31,8 @@ def main(args: argparse.Namespace) -> dict:
     print(f"engine: {isa.engine_summary(llm.stats())}")
     tok = llm.tokenizer
     prompts = chat_prompt_ids(tok, extraction_prompts(args.num_prompts))
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
+                            ignore_eos=args.ignore_eos)
     sd_time, outs = _timed_run(llm, prompts, params)
     sd_tokens = sum(len(o.token_ids) for o in outs)
     result = {
@@ -40,6 +46,13 @@ def main(args: argparse.Namespace) -> dict:
     }
     print(f"specdec: {sd_tokens} tokens in {sd_time:.2f} s = {sd_tokens / sd_time:.1f} tok/s "
           f"({result['dtype']}, {len(prompts)} prompts)")
+    if args.solo_check:
+        solo = [llm.generate([p], params, use_tqdm=False)[0].token_ids
+                for p in prompts[: args.solo_check]]
+        result["solo_identical"] = sum(
+            a == b.token_ids for a, b in zip(solo, outs, strict=False))
+        print(f"specdec greedy outputs alone vs in the batch of {len(prompts)}: "
+              f"{result['solo_identical']}/{len(solo)} identical")
     if spec_options:
         spec_llm = LLM(**kwargs, speculative=spec_options)
         spec_time, spec_outs = _timed_run(spec_llm, prompts, params)
@@ -61,7 +74,7 @@ def main(args: argparse.Namespace) -> dict:
         eos = set(llm.engine.eos_token_ids)
         hf_generate(model, prompts[:2], 4, eos, pad, 2)  # warm-up
         hf_time, hf_outs = hf_generate(model, prompts, args.max_tokens, eos, pad,
-                                          args.hf_batch_size)
+                                          args.hf_batch_size, args.ignore_eos)
         hf_tokens = sum(len(o) for o in hf_outs)
         same = sum(a.token_ids == b for a, b in zip(outs, hf_outs, strict=True))
         result.update(hf_s=hf_time, hf_tokens=hf_tokens, hf_tok_s=hf_tokens / hf_time,
