@@ -28,6 +28,7 @@
 
 #include "attention_amx.h"
 #include "attention_tile.h"
+#include "bf16_linear.h"
 #include "layer_weights.h"
 #include "quant_linear.h"
 #include "tile_linear.h"
@@ -500,6 +501,67 @@ at::Tensor tile_linear(const at::Tensor& x_in, const at::Tensor& w,
   return y;
 }
 
+// ---------------------------------------------- batch-invariant projections ---
+
+bool has_bf16_invariant() {
+#if defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// w [N, K] bf16 (K even) -> [N, K] in bf16_invariant_linear's column groups.
+at::Tensor pack_bf16_invariant(const at::Tensor& w_in) {
+  TORCH_CHECK(has_bf16_invariant(), "pack_bf16_invariant: built without AVX-512");
+  TORCH_CHECK(w_in.dim() == 2 && w_in.scalar_type() == at::kBFloat16 && w_in.device().is_cpu(),
+              "pack_bf16_invariant: weight must be bf16 [out, in] on the CPU");
+  TORCH_CHECK(w_in.size(1) % 2 == 0 && w_in.size(1) > 0 && w_in.size(0) > 0,
+              "pack_bf16_invariant: in_features must be even and positive, got ", w_in.size(1));
+  const at::Tensor w = w_in.contiguous();
+  auto out = at::empty_like(w);
+#if defined(__AVX512F__)
+  pack_bf16_invariant_layout(reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>()),
+                             reinterpret_cast<uint16_t*>(out.data_ptr<BFloat16>()), w.size(0),
+                             w.size(1));
+#endif
+  return out;
+}
+
+// x [T, K] bf16 times a pack_bf16_invariant weight [N, K] (+ bias [N]) -> [T, N] bf16,
+// or float32 (holding the same bf16-rounded values) with out_float; each row's result
+// independent of the other rows and the thread count.
+at::Tensor bf16_invariant_linear(const at::Tensor& x_in, const at::Tensor& w,
+                                 const c10::optional<at::Tensor>& bias, bool out_float) {
+  TORCH_CHECK(has_bf16_invariant(), "bf16_invariant_linear: built without AVX-512");
+  check_cpu_contiguous(w, "weight");
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kBFloat16,
+              "bf16_invariant_linear: the weight must come from pack_bf16_invariant");
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kBFloat16 && x_in.device().is_cpu(),
+              "bf16_invariant_linear: x must be bf16 [T, in] on the CPU");
+  const int64_t m = x_in.size(0), n = w.size(0), k = w.size(1);
+  TORCH_CHECK(x_in.size(1) == k, "bf16_invariant_linear: x has ", x_in.size(1),
+              " features, the weight ", k);
+  at::Tensor b;
+  if (bias) {
+    TORCH_CHECK(bias->dim() == 1 && bias->numel() == n && bias->device().is_cpu(),
+                "bf16_invariant_linear: bias must be [out]");
+    b = bias->to(at::kFloat).contiguous();  // the bf16 values, exactly
+  }
+  const at::Tensor x = x_in.contiguous();
+  auto y = at::empty({m, n}, x.options().dtype(out_float ? at::kFloat : at::kBFloat16));
+  if (m == 0) return y;
+#if defined(__AVX512F__)
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>());
+  const float* bp = bias ? b.data_ptr<float>() : nullptr;
+  if (out_float)
+    bf16_invariant_rows(x.data_ptr<BFloat16>(), wp, bp, y.data_ptr<float>(), m, n, k);
+  else
+    bf16_invariant_rows(x.data_ptr<BFloat16>(), wp, bp, y.data_ptr<BFloat16>(), m, n, k);
+#endif
+  return y;
+}
+
 // ------------------------------------------------------------ projections ---
 
 void check_bias(const c10::optional<at::Tensor>& bias, int64_t out, const char* what) {
@@ -522,6 +584,17 @@ Projection onednn_projection(const at::Tensor& packed, const c10::optional<at::T
   p.kind = Projection::Kind::kOneDnn;
   p.weight = packed;
   p.bias = bias;
+  return p;
+}
+
+Projection bf16_invariant_projection(const at::Tensor& packed,
+                                     const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(has_bf16_invariant(), "Projection.bf16_invariant: built without AVX-512");
+  TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous(),
+              "Projection.bf16_invariant: a weight from pack_bf16_invariant");
+  check_bias(bias, packed.size(0), "Projection.bf16_invariant");
+  Projection p = plain_projection(packed, bias);
+  p.kind = Projection::Kind::kBf16Invariant;
   return p;
 }
 
@@ -645,6 +718,8 @@ at::Tensor project(const at::Tensor& x, const Projection& p) {
     }
     case Projection::Kind::kGguf:
       return quant_linear(x, *p.quant);
+    case Projection::Kind::kBf16Invariant:
+      return bf16_invariant_linear(x, p.weight, p.bias, false);
     case Projection::Kind::kModule: {
       py::gil_scoped_acquire gil;
       return p.module(x).cast<at::Tensor>();
@@ -734,6 +809,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_tile_weight", &pack_tile_weight, "pre-pack a bf16 [N, K] weight for tile_linear");
   m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("out_float") = false);
+  m.def("has_bf16_invariant", &has_bf16_invariant,
+        "whether this build has the batch-invariant bf16 projection (AVX-512)");
+  m.def("pack_bf16_invariant", &pack_bf16_invariant,
+        "pre-pack a bf16 [out, in] weight for bf16_invariant_linear");
+  m.def("bf16_invariant_linear", &bf16_invariant_linear,
+        "x W^T (+ bias), each row independent of the batch, W from pack_bf16_invariant",
+        py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
+        py::arg("out_float") = false);
   m.def("gguf_formats", &gguf_formats, "GGUF weight formats Projection.gguf runs here");
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
 
@@ -745,6 +828,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_static("int8", &int8_projection, py::arg("weight"), py::arg("scales"),
                   py::arg("bias") = py::none())
       .def_static("module", &module_projection, py::arg("module"))
+      .def_static("bf16_invariant", &bf16_invariant_projection, py::arg("packed"),
+                  py::arg("bias") = py::none())
       .def_static("gguf", &gguf_projection, py::arg("parts"), py::arg("bias") = py::none(),
                   "raw GGUF blocks: parts [(format, uint8 [rows, row_bytes])], outputs stacked")
       .def_property_readonly("kind", &Projection::kind_name)

@@ -28,6 +28,8 @@ struct Projection {
     kInt8,      // weight int8 [out, in], scales [out]: computed in the scales' dtype
     kModule,    // module: a Python callable x -> y (any module of another kind)
     kGguf,      // quant: raw GGUF blocks (Q4_0 .. Q6_K), run by quant_linear
+    kBf16Invariant,  // weight bf16 [out, in] in bf16_linear.h's column groups
+                     // (pack_bf16_invariant): rows independent of the batch
   };
 
   Kind kind = Kind::kPlain;
@@ -46,6 +48,7 @@ struct Projection {
       case Kind::kInt8: return "int8";
       case Kind::kModule: return "module";
       case Kind::kGguf: return "gguf";
+      case Kind::kBf16Invariant: return "bf16_invariant";
     }
     return "?";
   }
