@@ -1,11 +1,12 @@
 """GGUF projections (``Projection.gguf``) against oneDNN bf16 on SmolLM2-135M's shapes.
 
-Per decoder layer: q|k|v fused, o, gate|up fused and down, averaged over a sweep of all
-the model's layers (so weights stream from memory as in a decode step, not from a
-warm cache); and the tied 49152 x 576 Q8_0 lm_head. Reports time per call, the
-weight bytes streamed per second, and the machine's read bandwidth (``t.sum()`` over
-512 MB) for scale. Run at another level with ``SPECDEC_ISA=avx2`` (and its
-``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``)::
+Per decoder layer: q|k|v fused, o, gate|up fused and down, each the median of its
+calls while walking all the model's layers in order (so weights stream from memory as
+in a decode step, not from a warm cache); and the tied 49152 x 576 Q8_0 lm_head.
+Medians of single calls, not loop means, so a shared machine's preemptions count
+little. Reports time per call, the weight bytes streamed per second, and the
+machine's read bandwidth (``t.sum()`` over 512 MB) for scale. Run at another level
+with ``SPECDEC_ISA=avx2`` (and ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``)::
 
     python -m specdec.bench.quant_kernels [--threads 2] [--rows 1 4 16 64]
 """
@@ -13,6 +14,7 @@ weight bytes streamed per second, and the machine's read bandwidth (``t.sum()`` 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -105,6 +107,21 @@ def seconds_per_call(fn: Callable[[], object], repeats: int = 5, budget: float =
     return statistics.median(times)
 
 
+def call_medians(calls: list[Callable[[], object]], groups: int, sweeps: int) -> list[float]:
+    """Each of ``calls`` timed alone, in order, ``sweeps`` times over; the median time of
+    the calls i with i % groups == g, for each group g. Medians of single calls are
+    robust to the preemptions of a shared machine, which a loop's mean is not."""
+    for call in calls:
+        call()
+    times: list[list[float]] = [[] for _ in range(groups)]
+    for _ in range(sweeps):
+        for i, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            times[i % groups].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
 def memory_bandwidth(mb: int = 512) -> float:
     """Read bandwidth in GB/s: ``t.sum()`` over an ``mb`` MB float32 tensor."""
     t = torch.ones(mb * 2**20 // 4)
@@ -115,39 +132,35 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
-def time_rows(k, w: Weights, rows: int) -> dict[str, float]:
-    """Seconds per call of one layer's projections (a sweep over all layers / count)
-    and of the lm_head, GGUF and oneDNN, at ``rows`` x rows (bf16)."""
+def time_rows(k, w: Weights, rows: int, sweeps: int) -> dict[str, float]:
+    """Seconds per call of one layer's projections (q|k|v, o, gate|up, down: the sum of
+    each one's median over calls that walk all layers in order, so weights come from
+    memory as in a decode step) and of the lm_head, GGUF and oneDNN, at ``rows`` x rows
+    (bf16)."""
     torch.manual_seed(0)
     xs = [torch.randn(rows, n).to(torch.bfloat16) for n in w.in_features]
     xd = [x.to(w.onednn_dtype) for x in xs]
-    head_x = xs[0]
 
-    def sweep_gguf() -> None:
-        for layer in w.layers_gguf:
-            for x, p in zip(xs, layer, strict=True):
-                k.project(x, p)
+    def layer(projections: list[list[object]], run: Callable, inputs: list[torch.Tensor]) -> float:
+        calls = [functools.partial(run, x, p) for layer in projections
+                 for x, p in zip(inputs, layer, strict=True)]
+        return sum(call_medians(calls, len(inputs), sweeps))
 
-    def sweep_onednn() -> None:
-        for layer in w.layers_onednn:
-            for x, p in zip(xd, layer, strict=True):
-                onednn_linear(x, p)
+    def head(run: Callable, x: torch.Tensor, p: object) -> float:
+        return call_medians([functools.partial(run, x, p)], 1, 4 * sweeps)[0]
 
-    layers = len(w.layers_gguf)
     with torch.inference_mode():
-        return {
-            "layer_gguf": seconds_per_call(sweep_gguf) / layers,
-            "layer_onednn": seconds_per_call(sweep_onednn) / layers,
-            "head_gguf": seconds_per_call(lambda: k.project(head_x, w.head_gguf)),
-            "head_onednn": seconds_per_call(
-                lambda: onednn_linear(head_x.to(w.onednn_dtype), w.head_onednn)),
-        }
+        return {"layer_gguf": layer(w.layers_gguf, k.project, xs),
+                "layer_onednn": layer(w.layers_onednn, onednn_linear, xd),
+                "head_gguf": head(k.project, xs[0], w.head_gguf),
+                "head_onednn": head(onednn_linear, xd[0], w.head_onednn)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--sweeps", type=int, default=20, help="timed passes over the layers")
     parser.add_argument("--model", default=None, help="a GGUF file (default: SmolLM2-135M)")
     args = parser.parse_args()
     k = kernels.load()
@@ -168,7 +181,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for rows in args.rows:
-        t = time_rows(k, w, rows)
+        t = time_rows(k, w, rows, args.sweeps)
         layer_gbs = w.layer_bytes_gguf / t["layer_gguf"] / 1e9
         head_gbs = w.head_bytes_gguf / t["head_gguf"] / 1e9
         print(f"{rows:>3} | {t['layer_gguf'] * 1e6:>8.1f}us {t['layer_onednn'] * 1e6:>10.1f}us "

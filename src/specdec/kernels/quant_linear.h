@@ -64,12 +64,12 @@ inline const GgufFormatInfo& gguf_format_info(GgufFormat f) {
   return gguf_format_table()[static_cast<size_t>(f)];
 }
 
-// A run of output rows of one format: rows x row_bytes raw GGUF bytes.
+// A run of output rows of one format.
 struct QuantSegment {
   GgufFormat format = GgufFormat::kQ4_0;
   int64_t row0 = 0;  // first output column of y it fills
   int64_t rows = 0;
-  at::Tensor blocks;  // uint8 [rows, row_bytes], contiguous
+  at::Tensor blocks;  // uint8 [rows, bytes per row] in the kernel layout (kernel_layout)
 };
 
 // A whole projection: segments stacked along the outputs, one in_features.
