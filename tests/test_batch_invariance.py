@@ -2,11 +2,12 @@
 and bit-identical log-probabilities alone, in a batch of 16, with its prefill chunked,
 after a prefix-cache hit, and with n-gram speculation verifying drafts.
 
-Two engines: the bundled GGUF model on its quantized projections (whose per-row
-arithmetic does not depend on the number of rows), and a model whose projections run
+Three engines: the bundled GGUF model on its quantized projections (whose per-row
+arithmetic does not depend on the number of rows), a model whose projections run
 one row at a time, which isolates the rest of the step (attention over the paged
-cache, norms, RoPE, the LM head, sampling). Runs at every ISA level the CPU has
-(``test_isa_levels.py``)."""
+cache, norms, RoPE, the LM head, sampling), and bfloat16 with ``batch_invariant``
+(the fused kernels' batch-invariant projections instead of oneDNN). Runs at every ISA
+level the CPU has (``test_isa_levels.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch import nn
 
 from specdec import LLM, SamplingParams, kernels
 from specdec.bench.workload import chat_prompt_ids, extraction_prompts
+from specdec.model import packed_linear
 
 MAX_TOKENS = 20
 
@@ -54,6 +56,8 @@ ENGINES = {
     "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32",
                                               fused_kernels=kernels.load() is not None,
                                               **kw)),
+    "bf16-invariant": lambda **kw: LLM(quantization="none", dtype="bfloat16",
+                                       batch_invariant=True, **kw),
 }
 
 
@@ -75,8 +79,12 @@ def greedy(llm: LLM, batch: list[list[int]]) -> list[tuple[list[int], list[float
 def test_greedy_output_does_not_depend_on_the_batch(engine, prompts):
     if engine == "gguf" and not hasattr(kernels.load(), "gguf_formats"):
         pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
+    if engine == "bf16-invariant" and not packed_linear.invariant_available(kernels.load()):
+        pytest.skip("no batch-invariant bf16 kernel here (needs AVX-512 without AMX tiles)")
     make = ENGINES[engine]
     llm = make(enable_prefix_caching=False)
+    if engine == "bf16-invariant":
+        assert llm.stats()["weight_layout"] == "bf16-invariant"
     alone = [greedy(llm, [p])[0] for p in prompts[:3]]
     batched = greedy(llm, prompts)[:3]
     assert batched == alone

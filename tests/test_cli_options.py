@@ -28,6 +28,7 @@ ENGINE_FLAGS = {  # argparse dest -> EngineConfig field
     "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens",
     "enable_prefix_caching": "enable_prefix_caching", "fused_kernels": "fused_kernels",
+    "batch_invariant": "batch_invariant",
     "speculative_method": "speculative",
 }
 SPECULATIVE_FLAGS = {  # argparse dest -> SpeculativeConfig field

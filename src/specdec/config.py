@@ -30,6 +30,10 @@ class EngineConfig:
     load_entry_points: bool = True
     enable_prefix_caching: bool = True
     fused_kernels: bool = True  # fused C++ CPU kernels + pre-packed bf16 weights; False: eager
+    # bf16 projections whose result for a row does not depend on the batch (the fused
+    # kernels' bf16_invariant_linear instead of oneDNN, on AVX-512 CPUs without AMX):
+    # a prompt's output is the same alone, batched, chunked or speculated.
+    batch_invariant: bool = False
     speculative: dict[str, Any] | None = None
     # Engine-wide settings owned by plugins (e.g. ``structured_backend``), by the names
     # the plugins declare in ``specdec_engine_options``; an unclaimed name is an error.
@@ -49,6 +53,8 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory_gb must be > 0, got {self.kv_cache_memory_gb}")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if self.batch_invariant and not self.fused_kernels:
+            raise ValueError("batch_invariant needs the fused kernels (fused_kernels=True)")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EngineConfig:

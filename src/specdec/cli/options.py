@@ -57,6 +57,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                         default=engine("fused_kernels"),
                         help="plain eager PyTorch: no C++ kernels, no pre-packed weights")
+    parser.add_argument("--batch-invariant", dest="batch_invariant", action="store_true",
+                        default=engine("batch_invariant"),
+                        help="bf16 projections whose rows do not depend on the batch "
+                             "(AVX-512 CPUs without AMX)")
     # No method (EngineConfig.speculative is None): speculation off.
     parser.add_argument("--speculative-method", choices=list(METHODS),
                         default=engine("speculative"))
@@ -82,6 +86,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=args.enable_prefix_caching,
         fused_kernels=args.fused_kernels,
+        batch_invariant=args.batch_invariant,
         speculative=speculative_options(args),
     )
 

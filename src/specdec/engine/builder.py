@@ -69,7 +69,7 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
     if weight_format == "gguf":
         quantization.keep_gguf_blocks(model, gguf_path, model_config, kernels)
     if config.fused_kernels:
-        pack_linears(model, config.max_num_seqs, kernels)
+        pack_linears(model, config.max_num_seqs, kernels, config.batch_invariant)
     return EngineParts(
         model_dir=model_dir,
         model_config=model_config,

@@ -13,6 +13,12 @@ weight in its tile layout: it streams the weight once per call and beats oneDNN'
 matmul there (all SmolLM2 projections at 64 rows: ~1.16x more offline throughput).
 Longer prompts keep oneDNN, which wins at 2048 rows. The price is a second copy of
 the projection weights in memory.
+
+oneDNN's result for a row depends on how many rows are in the call (its blocking
+changes with them), so a prompt's output changes with its batch, chunking and
+speculation. With ``batch_invariant`` (on CPUs without AMX tiles) the projections run
+the fused kernels' ``bf16_invariant_linear`` instead (``InvariantLinear``, one copy of
+the weight): every row gets the same arithmetic whatever runs beside it.
 """
 
 from __future__ import annotations
@@ -80,26 +86,71 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed{tiles}"
 
 
+class InvariantLinear(nn.Module):
+    """A bf16 projection run by ``kernels.bf16_invariant_linear``: each output row
+    bit-identical whatever the batch. Holds the weight once, in that kernel's layout."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.kernels = kernels
+        self.packed = kernels.pack_bf16_invariant(weight.detach().contiguous())
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.kernels.bf16_invariant_linear(x.reshape(-1, self.in_features), self.packed,
+                                               self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, batch-invariant"
+
+
+def _invariant_fits(weight: torch.Tensor) -> bool:
+    return weight.shape[1] % 2 == 0  # the kernel reads k in pairs
+
+
+def invariant_available(kernels) -> bool:
+    """Whether ``pack_linears(batch_invariant=True)`` takes the invariant kernel here:
+    the kernels have it (AVX-512 builds) and no AMX tiles serve the projections."""
+    return (kernels is not None and getattr(kernels, "has_bf16_invariant", lambda: False)()
+            and not kernels.has_tile_linear())
+
+
 def _tiles_fit(kernels, weight: torch.Tensor) -> bool:
     return (kernels is not None and kernels.has_tile_linear()
             and weight.shape[0] % 32 == 0 and weight.shape[1] % 32 == 0)
 
 
-def pack_linears(model: nn.Module, batch_hint: int, kernels=None) -> bool:
+def pack_linears(model: nn.Module, batch_hint: int, kernels=None,
+                 batch_invariant: bool = False) -> bool:
     """Replace the bf16 nn.Linear layers (and a tied LM head) by packed ones, in place,
     and build their matmul primitives for 1 .. ``batch_hint`` rows (see ``warm_up``).
     With ``kernels`` (the fused kernels module) on a CPU with AMX, the projections
-    also get ``tile_linear``'s layout. Returns False, changing nothing, where the
-    model is not bf16 or oneDNN is missing."""
+    also get ``tile_linear``'s layout. With ``batch_invariant`` where
+    ``invariant_available(kernels)``, they become ``InvariantLinear`` instead (an odd
+    ``in_features`` keeps oneDNN). Returns False, changing nothing, where the model
+    is not bf16 or oneDNN is missing."""
     dtypes = {m.weight.dtype for m in model.modules() if type(m) is nn.Linear}
     if dtypes != {torch.bfloat16} or not available():
         return False
+    invariant = batch_invariant and invariant_available(kernels)
+    if batch_invariant and not invariant:
+        print("specdec: batch-invariant bf16 projections need the fused kernels' AVX-512 "
+              "build without AMX tiles; using the packed projections", file=sys.stderr,
+              flush=True)
+
+    def packed(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
+        if invariant and _invariant_fits(weight):
+            return InvariantLinear(weight, bias, kernels)
+        return PackedLinear(weight, bias, batch_hint, kernels)
+
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, PackedLinear(child.weight, child.bias, batch_hint, kernels))
+                setattr(module, name, packed(child.weight, child.bias))
     if getattr(model, "tie_word_embeddings", False):
-        model.lm_head = PackedLinear(model.embed_tokens.weight, None, batch_hint, kernels)
+        model.lm_head = packed(model.embed_tokens.weight, None)
         model.tie_word_embeddings = False
     warm_up(model, batch_hint)
     return True

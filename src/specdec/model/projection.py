@@ -1,6 +1,7 @@
-"""A projection module (``nn.Linear``, ``PackedLinear``, ``GgufLinear``, an int8
-weight-only module, or any other) run from Python, or described to the fused kernels
-as a ``Projection`` whose kind names the matmul that runs it (``layer_weights.h``)."""
+"""A projection module (``nn.Linear``, ``PackedLinear``, ``InvariantLinear``,
+``GgufLinear``, an int8 weight-only module, or any other) run from Python, or described
+to the fused kernels as a ``Projection`` whose kind names the matmul that runs it
+(``layer_weights.h``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.model import packed_linear
-from specdec.model.packed_linear import PackedLinear
+from specdec.model.packed_linear import InvariantLinear, PackedLinear
 from specdec.model.quant_linear import GgufLinear
 
 
@@ -20,6 +21,9 @@ def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torc
     kind = type(module)
     if kind is PackedLinear and x.shape[0] <= module.tile_rows:
         return module.kernels.tile_linear(x, module.tiles, module.bias, out_float=out_float)
+    if kind is InvariantLinear:
+        return module.kernels.bf16_invariant_linear(x, module.packed, module.bias,
+                                                    out_float=out_float)
     if kind is nn.Linear:
         y = F.linear(x, module.weight, module.bias)
     elif kind is PackedLinear:
@@ -42,6 +46,8 @@ def kernel_projection(kernels, module: nn.Module):
         if module.tiles is not None:
             return kernels.Projection.amx_tiles(module.tiles, module.packed, module.bias)
         return kernels.Projection.onednn(module.packed, module.bias)
+    if kind is InvariantLinear:
+        return kernels.Projection.bf16_invariant(module.packed, module.bias)
     if kind is GgufLinear:
         return module.projection
     if isinstance(getattr(module, "weight_int8", None), torch.Tensor):

@@ -5,17 +5,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.model.packed_linear import PackedLinear
+from specdec.model.packed_linear import InvariantLinear, PackedLinear
 from specdec.model.quant_linear import GgufEmbedding, GgufLinear
 
 
 def weight_layout(model: nn.Module) -> str:
     """The projection weights' layouts: "amx-tiles" (with a oneDNN copy for long
-    prompts), "onednn-packed", "gguf-Q4_1" (per GGUF format), "int8" or "plain"."""
+    prompts), "onednn-packed", "bf16-invariant", "gguf-Q4_1" (per GGUF format),
+    "int8" or "plain"."""
     kinds = set()
     for module in model.modules():
         if type(module) is PackedLinear:
             kinds.add("amx-tiles" if module.tiles is not None else "onednn-packed")
+        elif type(module) is InvariantLinear:
+            kinds.add("bf16-invariant")
         elif type(module) is GgufLinear:
             kinds.update(f"gguf-{fmt}" for fmt in module.formats)
         elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
@@ -48,6 +51,8 @@ def resident_weight_bytes(model: nn.Module) -> int:
         elif type(module) is PackedLinear:
             add(module.packed)
             add(module.tiles)
+        elif type(module) is InvariantLinear:
+            add(module.packed)
         elif type(module) is GgufEmbedding:
             add(module.blocks)
     for tensor in [*model.parameters(), *model.buffers()]:
@@ -62,8 +67,8 @@ def streamed_weight_bytes(model: nn.Module) -> int:
     for module in model.modules():
         if type(module) is GgufLinear:
             total += module.nbytes
-        elif type(module) is PackedLinear:
-            total += module.in_features * module.out_features * 2  # bf16, either copy
+        elif type(module) in (PackedLinear, InvariantLinear):
+            total += module.in_features * module.out_features * 2  # bf16, any layout
         elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
             scales = module.scales
             total += module.weight_int8.numel() + scales.numel() * scales.element_size()
