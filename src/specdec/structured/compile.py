@@ -80,18 +80,19 @@ def clear_caches(memory: bool = True, disk: bool = True, shared: bool = False) -
 
 
 def warm_common_walks(vocab: TokenVocabulary) -> None:
-    """Walk the dear states of the terminals most JSON schemas share (those of
-    :mod:`~specdec.structured.compile_preload`) into the process-wide walk store, once per
-    vocabulary and process (~40 whole-vocabulary walks), so a schema's compile walks only
-    the terminals of its own (patterns, bounded strings). Done before the first JSON
-    schema's compile, and at engine start by the plugin."""
+    """Walk the dear states of the strings nearly every JSON schema has (values, property
+    names: :data:`~specdec.structured.compile_preload.COMMON_WALKS_GRAMMAR`) into the
+    process-wide walk store, once per vocabulary and process (~10 whole-vocabulary walks),
+    so a schema's compile walks only terminals of its own (patterns, formats, bounded
+    strings). Done before the first JSON schema's compile, and at engine start by the
+    plugin."""
     if vocab.fingerprint in _warmed:
         return
     _warmed.add(vocab.fingerprint)
-    from specdec.structured.compile_preload import COMMON_GRAMMARS
+    from specdec.structured.compile_preload import COMMON_WALKS_GRAMMAR
 
-    for text in COMMON_GRAMMARS:
-        CompiledGrammar(grammar_tables(text, use_disk_cache=False), vocab).warm_shared_walks()
+    tables = grammar_tables(COMMON_WALKS_GRAMMAR, use_disk_cache=False)
+    CompiledGrammar(tables, vocab).warm_shared_walks()
 
 
 def configure_isolation(max_workers: int | None = None,
