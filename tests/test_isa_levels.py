@@ -21,6 +21,7 @@ PER_LEVEL_TESTS = [
     "tests/test_kernels.py",
     "tests/test_kernels_layer.py",  # one fused layer(): every projection kind, both paths
     "tests/test_kernels_quant.py",  # GGUF projections: every format on this level's path
+    "tests/test_kernels_bf16_invariant.py",  # batch-invariant bf16 (skips below avx512)
     "tests/test_bf16_engine.py",
     "tests/test_correctness_hf.py",  # tiny models: greedy identity with HF in float32
 ]

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from specdec import kernels
+from specdec.model import packed_linear
+from specdec.model.projection import kernel_projection, project
+from specdec.model.weight_info import streamed_weight_bytes, weight_layout
 
 K = kernels.load()
 pytestmark = pytest.mark.skipif(
@@ -105,3 +109,25 @@ def test_bad_inputs_raise():
         K.bf16_invariant_linear(x, packed, torch.zeros(31, dtype=torch.bfloat16))
     with pytest.raises(RuntimeError, match="bias"):
         K.Projection.bf16_invariant(packed, torch.zeros(33, dtype=torch.bfloat16))
+
+
+def test_pack_linears_batch_invariant_builds_invariant_modules():
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(64, 96), nn.Linear(96, 64, bias=False),
+                          nn.Linear(33, 8)).to(torch.bfloat16)  # odd in: keeps oneDNN
+    weights = [m.weight.detach().clone() for m in model]
+    if not packed_linear.invariant_available(K):
+        pytest.skip("AMX tiles serve the projections here")
+    assert packed_linear.pack_linears(model, 4, K, batch_invariant=True)
+    assert [type(m).__name__ for m in model] == ["InvariantLinear", "InvariantLinear",
+                                                 "PackedLinear"]
+    assert weight_layout(model) == "bf16-invariant+onednn-packed"
+    assert streamed_weight_bytes(model) == sum(w.numel() * 2 for w in weights)
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for module in model[:2]:
+            y = project(module, x)
+            assert torch.equal(y, module(x))
+            assert torch.equal(K.project(x, kernel_projection(K, module)), y)
+            assert torch.equal(project(module, x, out_float=True), y.float())
+            x = y
