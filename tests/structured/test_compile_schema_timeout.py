@@ -52,6 +52,10 @@ def test_schemas_get_the_short_limit_grammar_files_the_long_one():
 def test_pathological_schema_is_refused_within_5_s_and_holds_up_no_one(tokenizer):
     plugin = StructuredOutputPlugin()
     plugin.specdec_engine_started(_Context(tokenizer))  # starts the forkserver
+    ready = Request("ready", None, [1], SamplingParams(extra={"json_schema": {
+        "type": "object", "properties": {uuid.uuid4().hex[:8]: {"type": "string"}}}}))
+    plugin.specdec_request_added(ready)  # the first child waits for the forkserver's preload
+    _wait_unblocked(ready, 60)
     start = time.monotonic()
     slow = Request("slow", None, [1], SamplingParams(
         extra={"json_schema": _pathological_schema()}))

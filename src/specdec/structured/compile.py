@@ -54,6 +54,10 @@ _locks: dict[tuple[str, str], threading.Lock] = {}  # keys being compiled now
 _guard = threading.Lock()
 _compiler = ProcessCompiler()  # isolated compiles: one capped child process each
 _warmed: set[str] = set()  # vocabularies whose common walks this process has done
+# Whose dear walks every process does once: the strings nearly every schema has (values,
+# property names), not the formats' many states.
+_COMMON_WALKS_SCHEMA = {"type": "object", "properties": {
+    "string": {"type": "string"}, "any": {}, "object": {"type": "object"}}}
 
 
 def configure_caches(memory_bytes: int | None = None, disk_bytes: int | None = None) -> None:
@@ -81,17 +85,16 @@ def clear_caches(memory: bool = True, disk: bool = True, shared: bool = False) -
 
 def warm_common_walks(vocab: TokenVocabulary) -> None:
     """Walk the dear states of the strings nearly every JSON schema has (values, property
-    names: :data:`~specdec.structured.compile_preload.COMMON_WALKS_GRAMMAR`) into the
-    process-wide walk store, once per vocabulary and process (~10 whole-vocabulary walks),
-    so a schema's compile walks only terminals of its own (patterns, formats, bounded
-    strings). Done before the first JSON schema's compile, and at engine start by the
-    plugin."""
+    names: :data:`_COMMON_WALKS_SCHEMA`) into the process-wide walk store, once per
+    vocabulary and process (~12 whole-vocabulary walks), so a schema's compile walks only
+    terminals of its own (patterns, formats, bounded strings). Done before the first JSON
+    schema's compile, and at engine start by the plugin."""
     if vocab.fingerprint in _warmed:
         return
     _warmed.add(vocab.fingerprint)
-    from specdec.structured.compile_preload import COMMON_WALKS_GRAMMAR
+    from specdec.structured.json_schema import schema_to_lark
 
-    tables = grammar_tables(COMMON_WALKS_GRAMMAR, use_disk_cache=False)
+    tables = grammar_tables(schema_to_lark(_COMMON_WALKS_SCHEMA), use_disk_cache=False)
     CompiledGrammar(tables, vocab).warm_shared_walks()
 
 

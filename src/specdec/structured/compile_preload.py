@@ -1,8 +1,8 @@
-"""Imported by the compile forkserver only (and by :func:`~specdec.structured.compile.
-warm_common_walks`): pay lark's one-time set-up (~150 ms) and build the terminal DFAs
-most JSON-schema grammars share (strings, property names, numbers, formats, punctuation;
-memoised in :func:`~specdec.structured.cfg.byte_dfa.regex_to_byte_dfa`) once there, so
-each compile child forked from it starts warm."""
+"""Imported by the compile forkserver only: pay lark's one-time set-up (~150 ms) and
+build the terminal DFAs most JSON-schema grammars share (strings, property names,
+numbers, formats, punctuation; memoised in
+:func:`~specdec.structured.cfg.byte_dfa.regex_to_byte_dfa`) once there, so each compile
+child forked from it starts warm."""
 
 from specdec.structured.compile import grammar_tables
 from specdec.structured.json_schema import FORMATS, schema_to_lark
@@ -13,10 +13,6 @@ _COMMON = {"type": "object", "properties": {
     "list": {"type": "array"}, "any": {}, "object": {"type": "object"},
     **{f"format_{name}": {"type": "string", "format": name} for name in FORMATS}}}
 COMMON_GRAMMARS = [schema_to_lark(_COMMON, strict=strict) for strict in (False, True)]
-# Whose dear walks every process does once (a few ms each): the strings nearly every schema
-# has (values, property names), not the formats' many states.
-COMMON_WALKS_GRAMMAR = schema_to_lark({"type": "object", "properties": {
-    "string": {"type": "string"}, "any": {}, "object": {"type": "object"}}})
 
 grammar_tables('start: "a"', use_disk_cache=False)
 for _text in COMMON_GRAMMARS:

@@ -118,7 +118,9 @@ class StructuredOutputPlugin:
         self.work_ready = getattr(context, "work_ready", None)
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
         grammar_tables('start: "a"', use_disk_cache=False)  # lark's one-time set-up, now
-        self._executor.submit(warm_common_walks, self.vocab)  # off the engine thread
+        # off the engine thread, and not in the compile pool: a request never waits for it
+        threading.Thread(target=warm_common_walks, args=(self.vocab,), daemon=True,
+                         name="grammar-warm").start()
         if ISOLATION:
             start_isolation()
         if not context.config.speculative:
