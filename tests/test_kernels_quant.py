@@ -135,7 +135,7 @@ def test_fused_parts_equal_the_separate_projections(dtype):
     fused = K.Projection.gguf([(f, torch.from_numpy(b)) for f, b in parts], bias)
     assert fused.kind == "gguf"
     assert (fused.out_features, fused.in_features) == (27, inf)
-    assert fused.nbytes == sum(b.nbytes for _, b in parts)
+    assert fused.nbytes >= sum(b.nbytes for _, b in parts)  # + each segment's group padding
     separate = torch.cat([run([p], x) for p in parts], dim=1)
     expected = (separate.float() + bias.float()).to(dtype) if dtype == torch.float32 else None
     y = K.project(x, fused)
@@ -176,8 +176,42 @@ def test_formats_and_properties():
     plain = K.Projection.plain(torch.zeros(8, 64))
     assert plain.out_features is None and plain.nbytes is None
     p = K.Projection.gguf([("q8_0", torch.from_numpy(random_blocks("Q8_0", 3, 64)))])
-    assert (p.kind, p.out_features, p.in_features, p.nbytes) == ("gguf", 3, 64, 3 * 68)
+    assert (p.kind, p.out_features, p.in_features) == ("gguf", 3, 64)
+    assert p.nbytes >= 3 * 68  # rows padded to a whole group of outputs
     assert "gguf" in repr(p)
+
+
+# Resident bytes / GGUF bytes of the repacked layout at whole groups of outputs: the
+# same bytes, Q8_0 plus an int16 sum per block, Q4_K its scales unpacked to bytes.
+RESIDENT = {"Q4_0": 1.0, "Q4_1": 1.0, "Q8_0": 36 / 34, "Q4_K": 148 / 144, "Q6_K": 1.0}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_resident_size_near_gguf(fmt):
+    blocks = random_blocks(fmt, 64, 512)
+    p = K.Projection.gguf([(fmt, torch.from_numpy(blocks))])
+    assert p.nbytes == pytest.approx(blocks.nbytes * RESIDENT[fmt])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_out_not_a_multiple_of_the_group_and_tile_remainders(fmt):
+    """Output groups padded with zero rows and x-row tiles of every size: each (row,
+    output) is the same whatever its group, lane, tile or the call's size."""
+    inf = 512
+    blocks = random_blocks(fmt, 37, inf, seed=7)
+    whole = K.Projection.gguf([(fmt, torch.from_numpy(blocks))])
+    torch.manual_seed(3)
+    x = torch.randn(23, inf)
+    full = K.project(x, whole)
+    for lo, hi in ((0, 1), (5, 22), (17, 37), (36, 37)):  # the rows in other lanes / groups
+        part = K.Projection.gguf([(fmt, torch.from_numpy(np.ascontiguousarray(blocks[lo:hi])))])
+        for t in (1, 3, 9, 23):
+            assert torch.equal(K.project(x[:t], part), full[:t, lo:hi])
+    w = dequant(fmt, blocks)
+    d, q = quantize_x(as_f64(x))
+    emulated = (d * q) @ w.T
+    scale = np.abs(d * q) @ np.abs(w).T
+    assert np.all(np.abs(as_f64(full) - emulated) <= 1e-5 * scale)
 
 
 def test_bad_inputs_raise():

@@ -670,8 +670,9 @@ Projection gguf_projection(const std::vector<std::tuple<std::string, at::Tensor>
     QuantSegment seg;
     seg.format = format;
     seg.row0 = qw->out_features;
-    seg.blocks = quant::kernel_layout(format, at::cat(tensors, 0));  // a copy: the input may go
-    seg.rows = seg.blocks.size(0);
+    const at::Tensor raw = at::cat(tensors, 0);
+    seg.rows = raw.size(0);
+    seg.blocks = quant::kernel_layout(format, raw);  // a new tensor: the input may go
     qw->out_features += seg.rows;
     qw->segments.push_back(std::move(seg));
   }

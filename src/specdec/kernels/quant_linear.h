@@ -4,18 +4,17 @@
 // The method is llama.cpp's: each row of x is quantised once per call to int8 blocks
 // of 32 with a float scale dx = amax / 127, and every weight block is dotted with it
 // in integers (VNNI dpbusd, or maddubs + madd), then scaled and summed in float32.
-// Every weight format is read as w = sc * u + mn, u unsigned (4 or 6 bits) with a
-// float scale and offset per 4-element lane group (Q8_0: signed, sign moved onto x),
-// so one loop serves all formats: per unit of kUnit weights and per x row,
-//   acc[lane] += float(sum of 4 u * xq) * (sc * dx) + mn * (float(sum of 4 xq) * dx).
+// The weights are repacked when the projection is built (llama.cpp's "repacked" CPU
+// layouts): vector lanes run across kLanes output rows, not along `in`, so one integer
+// dot step serves kLanes outputs and the per-block float work (int -> float, scale,
+// fma) is one vector instruction per kLanes outputs and x row, not per output. A pass
+// over a group's weights serves a tile of x rows, each unpacked weight vector reused.
 //
-// Batch invariance: a (x row, output) pair is always reduced by one thread, over the
-// same units in the same order with the same lane layout, whichever tile of x rows
-// (1 to kQuantTile) it is computed in and however many rows the call has; the row's
-// int8 quantisation depends on that row alone. Q4_0 / Q4_1 / Q8_0 blocks are regrouped
-// in pairs when the projection is built (same bytes: resident size == GGUF size, plus
-// one block per row for an odd block count); K-quant blocks are read as they are.
-// Scales are decoded per unit, once for all rows of a tile.
+// Batch invariance: every (x row, output) is reduced by one thread, over the blocks in
+// order, with the same float operations whichever tile of x rows (1 to kQuantTile) or
+// lane it falls in (a group's missing rows are zero weights, run by the same code) and
+// however many rows the call has; the row's int8 quantisation depends on that row alone.
+// Resident size: GGUF's bytes (Q8_0 + 6 %, Q4_K + 3 %) plus the last group's padding.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -69,7 +68,7 @@ struct QuantSegment {
   GgufFormat format = GgufFormat::kQ4_0;
   int64_t row0 = 0;  // first output column of y it fills
   int64_t rows = 0;
-  at::Tensor blocks;  // uint8 [rows, bytes per row] in the kernel layout (kernel_layout)
+  at::Tensor blocks;  // uint8 [groups of kLanes rows, bytes per group] (kernel_layout)
 };
 
 // A whole projection: segments stacked along the outputs, one in_features.
@@ -99,529 +98,564 @@ inline float half_at(const uint8_t* p) {
 }
 
 // ------------------------------------------------------ lane primitives ---
-// A unit is kUnit weights (kUnit / 32 blocks of 32) as kLanes int32 / float lanes,
-// lane k holding elements 4k .. 4k + 3 of the unit.
+// The kernels' vectors run across output rows: lane l of every vector belongs to output
+// row l of a group of kLanes rows. A weight step vector (VB) holds, per lane, 4 weight
+// bytes of that row for 4 consecutive inputs, so one dot step (VNNI dpbusd) with the
+// 4 x bytes broadcast adds those 4 products to kLanes int32 sums at once (VA), and the
+// per-block float work (int -> float, scale, fma) is one instruction per kLanes outputs.
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
 
 constexpr int64_t kLanes = 16;
-using VI = __m512i;
+constexpr bool kVnni =
+#if defined(__AVX512VNNI__)
+    true;
+#else
+    false;
+#endif
+using VB = __m512i;  // 64 weight bytes: 4 per lane
+using VA = __m512i;  // 16 int32 sums
 using VF = __m512;
 
-inline VF vzero() { return _mm512_setzero_ps(); }
-inline VF vload(const float* p) { return _mm512_loadu_ps(p); }
-inline VI xload(const int8_t* p) { return _mm512_loadu_si512(p); }
-inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
-inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(VF v) { return _mm512_reduce_add_ps(v); }
-inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
-inline VF vscaled(VF v, float k) { return _mm512_mul_ps(v, _mm512_set1_ps(k)); }
-
-// Lane sums of 4 u * x products as floats (exact: |sum| < 2^17).
-inline VF dot_lanes(VI u, VI x) {
+inline VB ldb(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline VB nib_lo(VB v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
+inline VB nib_hi(VB v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
+// lo | (bits 2j, 2j + 1 of hi) << 4
+inline VB join_hi2(VB lo, VB hi, int j) {
+  const __m512i h = _mm512_and_si512(_mm512_srli_epi16(hi, 2 * j), _mm512_set1_epi8(3));
+  return _mm512_or_si512(lo, _mm512_slli_epi16(h, 4));
+}
+inline VB babs(VB v) { return _mm512_abs_epi8(v); }
+inline VA iset1(int32_t v) { return _mm512_set1_epi32(v); }
+inline int32_t four(const void* p) { int32_t v; std::memcpy(&v, p, 4); return v; }
+// acc + per lane sum of 4 (u unsigned) * (x signed, the same 4 bytes in every lane).
+inline VA dot_u(VA acc, VB u, const int8_t* x) {
 #if defined(__AVX512VNNI__)
-  return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x));
+  return _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(four(x)));
 #else
-  return _mm512_cvtepi32_ps(
-      _mm512_madd_epi16(_mm512_maddubs_epi16(u, x), _mm512_set1_epi16(1)));
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_set1_epi32(four(x))),
+                                                 _mm512_set1_epi16(1)));
 #endif
 }
-inline VI abs_bytes(VI w) { return _mm512_abs_epi8(w); }
-// x with w's sign, so |w| * sign(w) x == w x in the unsigned-by-signed product.
-inline VI signed_x(VI x, VI w) {
-  return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+// acc + per lane sum of 4 (w signed) * (x signed). VNNI: (x + 128) unsigned times w, the
+// 128 sum(w) taken off by the caller's initial acc; else |w| times x with w's sign.
+inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x, const uint8_t* xu) {
+#if defined(__AVX512VNNI__)
+  (void)wabs, (void)x;
+  return _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(four(xu)), w);
+#else
+  (void)xu;
+  __m512i xb = _mm512_set1_epi32(four(x));
+  xb = _mm512_mask_sub_epi8(xb, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xb);
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(wabs, xb), _mm512_set1_epi16(1)));
+#endif
 }
-
-// One float per block of the unit (2), each over that block's 8 lanes.
-inline VF per_block(const float* v) {
-  return _mm512_insertf32x8(_mm512_set1_ps(v[0]), _mm256_set1_ps(v[1]), 1);
+// -128 * (kLanes int16 at p), the VNNI offset correction of dot_s.
+inline VA minus128(const uint8_t* p) {
+  const __m512i s = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 7));
 }
-// The unit's blocks' fp16 scales (2, consecutive at p), each over its block's 8 lanes.
-inline VF halves_per_block(const uint8_t* p) {
-  int32_t two;
-  std::memcpy(&two, p, 4);
-  const __m512 ab = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(two)));
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), ab);
+inline VF cvt(VA v) { return _mm512_cvtepi32_ps(v); }
+inline VF vzero() { return _mm512_setzero_ps(); }
+inline VF vset1(float v) { return _mm512_set1_ps(v); }
+inline VF vmul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+inline VF vadd(VF a, VF b) { return _mm512_add_ps(a, b); }
+inline VF vfma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VF vneg(VF a) { return _mm512_sub_ps(_mm512_setzero_ps(), a); }
+inline VF ld_half(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-// Q6_K unit i's 4 int8 scales (one per 16 weights) times d, each over 4 lanes.
-inline VF q6k_scales(const uint8_t* scales, float d, int64_t i) {
-  int32_t four;
-  std::memcpy(&four, scales + 4 * i, 4);
-  const __m128 s = _mm_mul_ps(_mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four))),
-                              _mm_set1_ps(d));
-  return _mm512_permutexvar_ps(
-      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(s));
+inline VF ld_u8f(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
-
-inline VI nibble_mask() { return _mm512_set1_epi8(0x0F); }
-
-// Unit j of a pair record's bytes (Q8_0: 64 signed bytes).
-inline VI bytes_unit(const uint8_t* qs, int64_t j) { return _mm512_loadu_si512(qs + j * 64); }
-// Unit i of 32-byte nibble groups (Q4_K qs, a Q4_0 / Q4_1 pair record): low then high
-// nibbles of bytes 32i .. 32i + 31.
-inline VI q4k_unit(const uint8_t* qs, int64_t i) {
-  __m512i v = _mm512_broadcast_i64x4(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + i * 32)));
-  v = _mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4);
-  return _mm512_and_si512(v, nibble_mask());
+inline VF ld_i8f(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
-// Q6_K unit i (0..3) of a super-block: half i / 2, sub-blocks 2 (i % 2), +1: low
-// (i even) or high nibbles of ql[64], with 2 bits of each qh[32] byte on top.
-inline VI q6k_unit(const uint8_t* blk, int64_t i) {
-  const int64_t half = i / 2;
-  const bool high = i % 2;
-  __m512i ql = _mm512_loadu_si512(blk + half * 64);
-  if (high) ql = _mm512_srli_epi16(ql, 4);
-  __m512i qh = _mm512_broadcast_i64x4(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + half * 32)));
-  qh = _mm512_mask_srli_epi16(qh, 0xFFFF0000u, qh, 2);
-  if (high) qh = _mm512_srli_epi16(qh, 4);
-  qh = _mm512_slli_epi16(_mm512_and_si512(qh, _mm512_set1_epi8(3)), 4);
-  return _mm512_or_si512(_mm512_and_si512(ql, nibble_mask()), qh);
-}
+inline void vstore(float* p, VF v) { _mm512_storeu_ps(p, v); }
 
 #elif defined(__AVX2__)
 
 constexpr int64_t kLanes = 8;
-using VI = __m256i;
+constexpr bool kVnni = false;
+using VB = __m256i;
+using VA = __m256i;
 using VF = __m256;
 
+inline VB ldb(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline VB nib_lo(VB v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+inline VB nib_hi(VB v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+inline VB join_hi2(VB lo, VB hi, int j) {
+  const __m256i h = _mm256_and_si256(_mm256_srl_epi16(hi, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+  return _mm256_or_si256(lo, _mm256_slli_epi16(h, 4));
+}
+inline VB babs(VB v) { return _mm256_abs_epi8(v); }
+inline VA iset1(int32_t v) { return _mm256_set1_epi32(v); }
+inline int32_t four(const void* p) { int32_t v; std::memcpy(&v, p, 4); return v; }
+// maddubs pairs stay below 2^15: u <= 63 (or |w| <= 128) times |x| <= 127, twice.
+inline VA dot_u(VA acc, VB u, const int8_t* x) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(four(x))),
+                                                 _mm256_set1_epi16(1)));
+}
+inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x, const uint8_t*) {
+  const __m256i xb = _mm256_sign_epi8(_mm256_set1_epi32(four(x)), w);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xb), _mm256_set1_epi16(1)));
+}
+inline VA minus128(const uint8_t* p) {
+  const __m256i s = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7));
+}
+inline VF cvt(VA v) { return _mm256_cvtepi32_ps(v); }
 inline VF vzero() { return _mm256_setzero_ps(); }
-inline VF vload(const float* p) { return _mm256_loadu_ps(p); }
-inline VI xload(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline VF vset1(float v) { return _mm256_set1_ps(v); }
 inline VF vmul(VF a, VF b) { return _mm256_mul_ps(a, b); }
-inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline float vsum(VF v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 inline VF vadd(VF a, VF b) { return _mm256_add_ps(a, b); }
-inline VF vscaled(VF v, float k) { return _mm256_mul_ps(v, _mm256_set1_ps(k)); }
-
-inline VF dot_lanes(VI u, VI x) {
-  return _mm256_cvtepi32_ps(
-      _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
+inline VF vfma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VF vneg(VF a) { return _mm256_sub_ps(_mm256_setzero_ps(), a); }
+inline VF ld_half(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline VI abs_bytes(VI w) { return _mm256_abs_epi8(w); }
-inline VI signed_x(VI x, VI w) { return _mm256_sign_epi8(x, w); }
-
-inline VF per_block(const float* v) { return _mm256_set1_ps(v[0]); }
-inline VF halves_per_block(const uint8_t* p) { return _mm256_set1_ps(half_at(p)); }
-inline VF q6k_scales(const uint8_t* scales, float d, int64_t i) {
-  const float a = d * static_cast<float>(static_cast<int8_t>(scales[2 * i]));
-  const float b = d * static_cast<float>(static_cast<int8_t>(scales[2 * i + 1]));
-  return _mm256_setr_ps(a, a, a, a, b, b, b, b);
+inline VF ld_u8f(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-
-inline VI nibble_mask() { return _mm256_set1_epi8(0x0F); }
-inline VI bytes_unit(const uint8_t* qs, int64_t j) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + j * 32));
+inline VF ld_i8f(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-// Q4_K unit i (one sub-block): low (i even) or high nibbles of qs[i / 2 * 32 ..].
-inline VI q4k_unit(const uint8_t* qs, int64_t i) {
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + i / 2 * 32));
-  if (i % 2) v = _mm256_srli_epi16(v, 4);
-  return _mm256_and_si256(v, nibble_mask());
-}
-// Q6_K unit i (0..7): half i / 4, sub-block k = i % 4: nibble k / 2 of ql[k % 2 * 32 ..],
-// bits 2k of qh.
-inline VI q6k_unit(const uint8_t* blk, int64_t i) {
-  const int64_t half = i / 4, k = i % 4;
-  __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + half * 64 + k % 2 * 32));
-  if (k >= 2) ql = _mm256_srli_epi16(ql, 4);
-  __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + half * 32));
-  qh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(static_cast<int>(2 * k)));
-  qh = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4);
-  return _mm256_or_si256(_mm256_and_si256(ql, nibble_mask()), qh);
-}
+inline void vstore(float* p, VF v) { _mm256_storeu_ps(p, v); }
 
 #else  // portable: the same lanes in plain arrays
 
 constexpr int64_t kLanes = 8;
-struct VI { uint8_t b[32]; };
+constexpr bool kVnni = false;
+struct VB { uint8_t b[32]; };
+struct VA { int32_t i[8]; };
 struct VF { float f[8]; };
 
+inline VB ldb(const uint8_t* p) { VB r; std::memcpy(r.b, p, 32); return r; }
+inline VB nib_lo(VB v) { for (uint8_t& e : v.b) e &= 0x0F; return v; }
+inline VB nib_hi(VB v) { for (uint8_t& e : v.b) e >>= 4; return v; }
+inline VB join_hi2(VB lo, VB hi, int j) {
+  for (int k = 0; k < 32; ++k) lo.b[k] |= static_cast<uint8_t>(((hi.b[k] >> (2 * j)) & 3) << 4);
+  return lo;
+}
+inline VB babs(VB v) { return v; }  // unused: dot_s multiplies signed bytes directly
+inline VA iset1(int32_t v) { VA r; for (int32_t& e : r.i) e = v; return r; }
+inline VA dot_u(VA acc, VB u, const int8_t* x) {
+  for (int l = 0; l < 8; ++l)
+    for (int k = 0; k < 4; ++k) acc.i[l] += int32_t(u.b[4 * l + k]) * int32_t(x[k]);
+  return acc;
+}
+inline VA dot_s(VA acc, VB w, VB, const int8_t* x, const uint8_t*) {
+  for (int l = 0; l < 8; ++l)
+    for (int k = 0; k < 4; ++k) acc.i[l] += int32_t(int8_t(w.b[4 * l + k])) * int32_t(x[k]);
+  return acc;
+}
+inline VA minus128(const uint8_t* p) {
+  VA r;
+  for (int l = 0; l < 8; ++l) { int16_t s; std::memcpy(&s, p + 2 * l, 2); r.i[l] = -128 * s; }
+  return r;
+}
+inline VF cvt(VA v) { VF r; for (int l = 0; l < 8; ++l) r.f[l] = static_cast<float>(v.i[l]); return r; }
 inline VF vzero() { return VF{}; }
-inline VF vload(const float* p) { VF r; std::memcpy(r.f, p, sizeof r.f); return r; }
-inline VI xload(const int8_t* p) { VI r; std::memcpy(r.b, p, 32); return r; }
+inline VF vset1(float v) { VF r; for (float& e : r.f) e = v; return r; }
 inline VF vmul(VF a, VF b) { for (int k = 0; k < 8; ++k) a.f[k] *= b.f[k]; return a; }
+inline VF vadd(VF a, VF b) { for (int k = 0; k < 8; ++k) a.f[k] += b.f[k]; return a; }
 inline VF vfma(VF a, VF b, VF c) {
   for (int k = 0; k < 8; ++k) c.f[k] = std::fma(a.f[k], b.f[k], c.f[k]);
   return c;
 }
-inline float vsum(VF v) {
-  return ((v.f[0] + v.f[4]) + (v.f[2] + v.f[6])) + ((v.f[1] + v.f[5]) + (v.f[3] + v.f[7]));
-}
-inline VF vadd(VF a, VF b) { for (int k = 0; k < 8; ++k) a.f[k] += b.f[k]; return a; }
-inline VF vscaled(VF v, float k) { for (float& e : v.f) e *= k; return v; }
-
-inline VF dot_lanes(VI u, VI x) {
-  VF r;
-  for (int k = 0; k < 8; ++k) {
-    int32_t s = 0;
-    for (int i = 4 * k; i < 4 * k + 4; ++i) s += int32_t(u.b[i]) * int32_t(int8_t(x.b[i]));
-    r.f[k] = static_cast<float>(s);
-  }
-  return r;
-}
-inline VI abs_bytes(VI w) {
-  for (uint8_t& e : w.b) e = static_cast<uint8_t>(std::abs(int(int8_t(e))));
-  return w;
-}
-inline VI signed_x(VI x, VI w) {
-  for (int i = 0; i < 32; ++i) {
-    const int8_t s = int8_t(w.b[i]);
-    x.b[i] = s < 0 ? uint8_t(-int8_t(x.b[i])) : s == 0 ? 0 : x.b[i];
-  }
-  return x;
-}
-inline VF per_block(const float* v) { VF r; for (float& e : r.f) e = v[0]; return r; }
-inline VF halves_per_block(const uint8_t* p) { const float h = half_at(p); return per_block(&h); }
-inline VF q6k_scales(const uint8_t* scales, float d, int64_t i) {
-  VF r;
-  for (int k = 0; k < 8; ++k) r.f[k] = d * static_cast<float>(static_cast<int8_t>(scales[2 * i + k / 4]));
-  return r;
-}
-inline VI bytes_unit(const uint8_t* qs, int64_t j) { VI r; std::memcpy(r.b, qs + j * 32, 32); return r; }
-inline VI q4k_unit(const uint8_t* qs, int64_t i) {
-  VI r;
-  for (int l = 0; l < 32; ++l) r.b[l] = (qs[i / 2 * 32 + l] >> (4 * (i % 2))) & 0x0F;
-  return r;
-}
-inline VI q6k_unit(const uint8_t* blk, int64_t i) {
-  const int64_t half = i / 4, k = i % 4;
-  VI r;
-  for (int l = 0; l < 32; ++l) {
-    const uint8_t ql = (blk[half * 64 + k % 2 * 32 + l] >> (4 * (k / 2))) & 0x0F;
-    const uint8_t qh = (blk[128 + half * 32 + l] >> (2 * k)) & 3;
-    r.b[l] = static_cast<uint8_t>(ql | (qh << 4));
-  }
-  return r;
-}
+inline VF vneg(VF a) { for (float& e : a.f) e = -e; return a; }
+inline VF ld_half(const uint8_t* p) { VF r; for (int l = 0; l < 8; ++l) r.f[l] = half_at(p + 2 * l); return r; }
+inline VF ld_u8f(const uint8_t* p) { VF r; for (int l = 0; l < 8; ++l) r.f[l] = float(p[l]); return r; }
+inline VF ld_i8f(const uint8_t* p) { VF r; for (int l = 0; l < 8; ++l) r.f[l] = float(int8_t(p[l])); return r; }
+inline void vstore(float* p, VF v) { std::memcpy(p, v.f, sizeof v.f); }
 
 #endif
 
-constexpr int64_t kUnit = 4 * kLanes;         // weights per unit
-constexpr int64_t kBlocksPerUnit = kUnit / 32;  // x blocks per unit
-constexpr int64_t kPairUnits = 64 / kUnit;      // units per pair record (below)
-// x rows per pass over a weight unit: two accumulators each, in registers.
+constexpr int64_t kStep = 4 * kLanes;  // bytes of one weight step vector
+// x rows per pass over a group's weights (each unpacked step vector serves them all).
 constexpr int64_t kQuantTile = kLanes == 16 ? 8 : 4;
-constexpr int64_t kOutBlock = 64;  // output rows kept in cache per x sweep
-
-// One unit of weights: w = sc * u + mn per lane (Q8_0: u = |w|, sign: w itself).
-struct Unit {
-  VI u;
-  VI sign;
-  VF sc;
-  VF mn;
-};
+// The VNNI signed dot needs sum(w) per (row, block): Q8_0 records carry it.
 
 // ------------------------------------------------------ x quantisation ---
 
-// x rows as int8 blocks of 32, padded to whole pairs of blocks; per lane (4 elements) the
-// block's scale dx and the lane's float(sum of q) * dx.
+// x rows as int8 blocks of 32 (the last padded with zeros): per block dx = amax / 127,
+// float(sum q) * dx, and the integer sums per 32 and per 16.
 struct QuantizedRows {
-  int64_t units = 0;
-  std::vector<int8_t> q;  // [T, units * kUnit]
-  std::vector<float> d;   // [T, units * kLanes]
-  std::vector<float> s;   // [T, units * kLanes]
+  int64_t blocks = 0;      // 32-blocks per row
+  std::vector<int8_t> q;   // [T, blocks * 32]
+  std::vector<uint8_t> qu; // q + 128 (the VNNI signed dot's unsigned x)
+  std::vector<float> d;    // [T, blocks]
+  std::vector<float> s;    // [T, blocks]: float(sum q) * d
+  std::vector<int32_t> s32;  // [T, blocks]
+  std::vector<int32_t> s16;  // [T, 2 blocks]
 
-  const int8_t* q_at(int64_t t, int64_t unit) const { return q.data() + (t * units + unit) * kUnit; }
-  const float* d_at(int64_t t, int64_t unit) const { return d.data() + (t * units + unit) * kLanes; }
-  const float* s_at(int64_t t, int64_t unit) const { return s.data() + (t * units + unit) * kLanes; }
+  const int8_t* q_at(int64_t t, int64_t b) const { return q.data() + (t * blocks + b) * 32; }
+  const uint8_t* qu_at(int64_t t, int64_t b) const { return qu.data() + (t * blocks + b) * 32; }
 };
 
 // dx = amax / 127, q = nearbyint(x / dx) (0 where the block is all zeros).
 template <typename T>
-inline void quantize_block(const T* x, int64_t n, int8_t* q, float* d, float* s) {
+inline void quantize_block(const T* x, int64_t n, int8_t* q, float& d) {
   float amax = 0.f;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::abs(to_f(x[i])));
-  const float dx = amax / 127.f;
+  d = amax / 127.f;
   for (int64_t i = 0; i < 32; ++i)
-    q[i] = (i < n && dx != 0.f) ? static_cast<int8_t>(std::nearbyint(to_f(x[i]) / dx)) : 0;
-  for (int64_t k = 0; k < 8; ++k) {
-    const int32_t sum = q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3];
-    d[k] = dx;
-    s[k] = static_cast<float>(sum) * dx;
-  }
+    q[i] = (i < n && d != 0.f) ? static_cast<int8_t>(std::nearbyint(to_f(x[i]) / d)) : 0;
 }
 
 template <typename T>
-QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
+QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in, bool unsigned_copy) {
   QuantizedRows out;
-  out.units = (in + 63) / 64 * kPairUnits;  // whole pairs of blocks
-  out.q.assign(rows * out.units * kUnit, 0);
-  out.d.assign(rows * out.units * kLanes, 0.f);
-  out.s.assign(rows * out.units * kLanes, 0.f);
-  const int64_t blocks = out.units * kBlocksPerUnit;
+  const int64_t nb = out.blocks = (in + 31) / 32;
+  out.q.assign(rows * nb * 32, 0);
+  if (unsigned_copy) out.qu.assign(rows * nb * 32, 128);
+  out.d.assign(rows * nb, 0.f);
+  out.s.assign(rows * nb, 0.f);
+  out.s32.assign(rows * nb, 0);
+  out.s16.assign(rows * nb * 2, 0);
   at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t b = 0; b < blocks; ++b)
-        quantize_block(x + r * in + b * 32, std::clamp<int64_t>(in - b * 32, 0, 32),
-                       out.q.data() + (r * blocks + b) * 32, out.d.data() + (r * blocks + b) * 8,
-                       out.s.data() + (r * blocks + b) * 8);
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t i = r * nb + b;
+        int8_t* q = out.q.data() + i * 32;
+        quantize_block(x + r * in + b * 32, std::min<int64_t>(in - b * 32, 32), q, out.d[i]);
+        int32_t lo = 0, hi = 0;
+        for (int k = 0; k < 16; ++k) lo += q[k], hi += q[16 + k];
+        out.s16[2 * i] = lo;
+        out.s16[2 * i + 1] = hi;
+        out.s32[i] = lo + hi;
+        out.s[i] = static_cast<float>(lo + hi) * out.d[i];
+        if (unsigned_copy)
+          for (int k = 0; k < 32; ++k) out.qu[i * 32 + k] = static_cast<uint8_t>(q[k] + 128);
+      }
   });
   return out;
 }
 
-// ------------------------------------------------------- pair records ---
-// Q4_0, Q4_1 and Q8_0 rows are repacked once, when the projection is built, into one
-// record per pair of blocks (2p, 2p + 1; a zero block past an odd row's end), the same
-// bytes regrouped so a unit is one load and no shuffle:
-//   Q4_0: fp16 dA dB, 32 bytes of element i of A (low nibble) | of B (high nibble)
-//   Q4_1: fp16 dA dB mA mB, 32 nibble bytes as Q4_0
-//   Q8_0: fp16 dA dB, 32 int8 of A, 32 of B
+// ------------------------------------------------------- kernel layout ---
+// Built once per projection: output rows in groups of kLanes (the last padded with zero
+// rows, so every group runs the same code), one record per group and block (K-quants:
+// super-block) holding the group's scales as kLanes-vectors and its weights as step
+// vectors (step s: inputs 4s .. 4s + 3 of every row). 4-bit values are packed as nibbles:
+// nibble vector k holds step k (low) and step k + 4 (high) of a 32-block.
+//   Q4_0: fp16 d[G] | nibbles 4 x kStep                          (18 G bytes, as GGUF)
+//   Q4_1: fp16 d[G] m[G] | nibbles                              (20 G, as GGUF)
+//   Q8_0: fp16 d[G] | int16 sum(q)[G] | int8 8 x kStep             (36 G: GGUF + 6 %)
+//   Q4_K: fp16 d[G] dmin[G] | u8 sc[8][G] m[8][G] | 8 x nibbles    (148 G: GGUF + 3 %)
+//   Q6_K: fp16 d[G] | int8 sc[16][G] | 8 x (nibbles, 2 x kStep of 2-bit tops)  (210 G)
+// Every format is read as w = sc * u + mn: u unsigned 4 / 6 bits (Q8_0: signed q).
 
-struct PairLayout {
-  int64_t scale_bytes;   // fp16 scales (and mins) at the record's start
-  int64_t record_bytes;  // per pair of blocks
-};
-
-inline PairLayout pair_layout(GgufFormat f) {
+inline int64_t record_bytes(GgufFormat f) {
   switch (f) {
-    case GgufFormat::kQ4_0: return {4, 36};
-    case GgufFormat::kQ4_1: return {8, 40};
-    default: return {4, 68};  // Q8_0
+    case GgufFormat::kQ4_0: return 18 * kLanes;
+    case GgufFormat::kQ4_1: return 20 * kLanes;
+    case GgufFormat::kQ8_0: return 36 * kLanes;
+    case GgufFormat::kQ4_K: return 148 * kLanes;
+    default: return 210 * kLanes;  // Q6_K
   }
 }
 
-inline bool is_pair_format(GgufFormat f) {
-  return f == GgufFormat::kQ4_0 || f == GgufFormat::kQ4_1 || f == GgufFormat::kQ8_0;
-}
-
-// The 4-bit value of element i (0..31) of a Q4_0 / Q4_1 block's 16 nibble bytes.
-inline uint8_t nibble_at(const uint8_t* qs, int i) {
-  return i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
-}
-
-inline void repack_pair(GgufFormat f, const uint8_t* a, const uint8_t* b, uint8_t* rec) {
-  static const uint8_t zeros[34] = {};
-  if (!b) b = zeros;
-  std::memcpy(rec, a, 2);
-  std::memcpy(rec + 2, b, 2);
-  if (f == GgufFormat::kQ8_0) {
-    std::memcpy(rec + 4, a + 2, 32);
-    std::memcpy(rec + 36, b + 2, 32);
-    return;
+// Element i of a 32-block's weights into u (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K).
+inline void decode_row(GgufFormat f, const uint8_t* row, int64_t in, uint8_t* u) {
+  const GgufFormatInfo& info = gguf_format_info(f);
+  for (int64_t b = 0; b < in / info.block_elems; ++b) {
+    const uint8_t* blk = row + b * info.block_bytes;
+    uint8_t* o = u + b * info.block_elems;
+    switch (f) {
+      case GgufFormat::kQ4_0:
+      case GgufFormat::kQ4_1: {
+        const uint8_t* qs = blk + (f == GgufFormat::kQ4_1 ? 4 : 2);
+        for (int i = 0; i < 16; ++i) o[i] = qs[i] & 0x0F, o[16 + i] = qs[i] >> 4;
+        break;
+      }
+      case GgufFormat::kQ8_0: std::memcpy(o, blk + 2, 32); break;
+      case GgufFormat::kQ4_K:  // sub-block j: low (j even) or high nibbles of qs[j / 2 * 32 ..]
+        for (int j = 0; j < 8; ++j)
+          for (int l = 0; l < 32; ++l) o[32 * j + l] = (blk[16 + j / 2 * 32 + l] >> (4 * (j % 2))) & 0x0F;
+        break;
+      default:  // Q6_K: half h, quarter k: nibble k / 2 of ql[h 64 + k % 2 32 + l], bits 2k of qh
+        for (int h = 0; h < 2; ++h)
+          for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 32; ++l) {
+              const uint8_t ql = (blk[h * 64 + k % 2 * 32 + l] >> (4 * (k / 2))) & 0x0F;
+              const uint8_t qh = (blk[128 + h * 32 + l] >> (2 * k)) & 3;
+              o[h * 128 + k * 32 + l] = static_cast<uint8_t>(ql | (qh << 4));
+            }
+    }
   }
-  const int64_t qs = f == GgufFormat::kQ4_1 ? 4 : 2;  // nibbles' offset in a block
-  if (f == GgufFormat::kQ4_1) {
-    std::memcpy(rec + 4, a + 2, 2);
-    std::memcpy(rec + 6, b + 2, 2);
-  }
-  uint8_t* out = rec + pair_layout(f).scale_bytes;
-  for (int i = 0; i < 32; ++i)
-    out[i] = static_cast<uint8_t>(nibble_at(a + qs, i) | (nibble_at(b + qs, i) << 4));
 }
 
-// Raw GGUF rows [rows, row_bytes] -> the layout the kernels read: pair records for the
-// 32-element formats, for the K-quants raw itself (so pass a copy the caller owns).
+// ggml's get_scale_min_k4: sub-block j's 6-bit scale and min.
+inline void q4k_scale_min(const uint8_t* q, int j, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Step vectors of one 32-block (u: kLanes rows' 32 elements each, row stride in):
+// nibbles (4 x kStep) and for Q6_K the 2-bit tops (2 x kStep), or 8 x kStep bytes.
+inline void pack_nibbles(const uint8_t* const* u, uint8_t* out) {
+  for (int k = 0; k < 4; ++k)
+    for (int64_t l = 0; l < kLanes; ++l)
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t lo = u[l][4 * k + i] & 0x0F, hi = u[l][4 * (k + 4) + i] & 0x0F;
+        out[k * kStep + 4 * l + i] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+}
+inline void pack_tops(const uint8_t* const* u, uint8_t* out) {  // step 4h + j: bits 2j
+  for (int h = 0; h < 2; ++h)
+    for (int64_t l = 0; l < kLanes; ++l)
+      for (int i = 0; i < 4; ++i) {
+        uint8_t v = 0;
+        for (int j = 0; j < 4; ++j) v |= static_cast<uint8_t>((u[l][4 * (4 * h + j) + i] >> 4) << (2 * j));
+        out[h * kStep + 4 * l + i] = v;
+      }
+}
+inline void pack_bytes(const uint8_t* const* u, uint8_t* out) {
+  for (int s = 0; s < 8; ++s)
+    for (int64_t l = 0; l < kLanes; ++l) std::memcpy(out + s * kStep + 4 * l, u[l] + 4 * s, 4);
+}
+
+// Raw GGUF rows [rows, row_bytes] -> [groups, records * record bytes].
 inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
-  if (!is_pair_format(f)) return raw.contiguous();
   const GgufFormatInfo& info = gguf_format_info(f);
   const at::Tensor src = raw.contiguous();
-  const int64_t rows = src.size(0), blocks = src.size(1) / info.block_bytes;
-  const int64_t pairs = (blocks + 1) / 2, rec = pair_layout(f).record_bytes;
-  at::Tensor out = at::empty({rows, pairs * rec}, src.options());
-  const uint8_t* in = src.data_ptr<uint8_t>();
+  const int64_t rows = src.size(0), row_bytes = src.size(1);
+  const int64_t blocks = row_bytes / info.block_bytes, in = blocks * info.block_elems;
+  const int64_t groups = (rows + kLanes - 1) / kLanes, rec = record_bytes(f);
+  at::Tensor out = at::zeros({groups, blocks * rec}, src.options());
+  const uint8_t* in_p = src.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
-  at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t p = 0; p < pairs; ++p) {
-        const uint8_t* a = in + r * src.size(1) + 2 * p * info.block_bytes;
-        repack_pair(f, a, 2 * p + 1 < blocks ? a + info.block_bytes : nullptr,
-                    dst + (r * pairs + p) * rec);
+  const int64_t G = kLanes;
+  at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<uint8_t> u(G * in, 0);
+    std::vector<uint8_t> zero_row(row_bytes, 0);
+    const uint8_t* uptr[kLanes];
+    for (int64_t g = g0; g < g1; ++g) {
+      const uint8_t* raw_row[kLanes];
+      for (int64_t l = 0; l < G; ++l) {
+        const int64_t n = g * G + l;
+        raw_row[l] = n < rows ? in_p + n * row_bytes : zero_row.data();
+        decode_row(f, raw_row[l], in, u.data() + l * in);
       }
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* r = dst + g * blocks * rec + b * rec;
+        const uint8_t* hdr[kLanes];
+        for (int64_t l = 0; l < G; ++l) hdr[l] = raw_row[l] + b * info.block_bytes;
+        auto lanes_at = [&](int64_t e0) {
+          for (int64_t l = 0; l < G; ++l) uptr[l] = u.data() + l * in + e0;
+          return uptr;
+        };
+        switch (f) {
+          case GgufFormat::kQ4_0:
+          case GgufFormat::kQ4_1: {
+            const int64_t nh = f == GgufFormat::kQ4_1 ? 2 : 1;  // d (and m) per row
+            for (int64_t l = 0; l < G; ++l)
+              for (int64_t h = 0; h < nh; ++h) std::memcpy(r + (h * G + l) * 2, hdr[l] + 2 * h, 2);
+            pack_nibbles(lanes_at(b * 32), r + nh * 2 * G);
+            break;
+          }
+          case GgufFormat::kQ8_0: {
+            for (int64_t l = 0; l < G; ++l) {
+              std::memcpy(r + 2 * l, hdr[l], 2);
+              int16_t sum = 0;
+              for (int i = 0; i < 32; ++i) sum = static_cast<int16_t>(sum + int8_t(hdr[l][2 + i]));
+              std::memcpy(r + 2 * G + 2 * l, &sum, 2);
+            }
+            pack_bytes(lanes_at(b * 32), r + 4 * G);
+            break;
+          }
+          case GgufFormat::kQ4_K: {
+            for (int64_t l = 0; l < G; ++l) {
+              std::memcpy(r + 2 * l, hdr[l], 2);
+              std::memcpy(r + 2 * G + 2 * l, hdr[l] + 2, 2);
+              for (int j = 0; j < 8; ++j)
+                q4k_scale_min(hdr[l] + 4, j, r[4 * G + j * G + l], r[12 * G + j * G + l]);
+            }
+            for (int j = 0; j < 8; ++j) pack_nibbles(lanes_at(b * 256 + 32 * j), r + 20 * G + j * 16 * G);
+            break;
+          }
+          default: {  // Q6_K
+            for (int64_t l = 0; l < G; ++l) {
+              std::memcpy(r + 2 * l, hdr[l] + 208, 2);
+              for (int k = 0; k < 16; ++k) r[2 * G + k * G + l] = hdr[l][192 + k];
+            }
+            for (int j = 0; j < 8; ++j) {
+              uint8_t* o = r + 18 * G + j * 24 * G;
+              pack_nibbles(lanes_at(b * 256 + 32 * j), o);
+              pack_tops(lanes_at(b * 256 + 32 * j), o + 16 * G);
+            }
+          }
+        }
+      }
+    }
   });
   return out;
 }
 
-// ------------------------------------------------------- format readers ---
-// Reader::row(w, in, emit) calls emit(unit, index) for every unit of one output row
-// (in the kernel layout), in order.
-
-// Q4_0 / Q4_1 pair records: w = d q - 8 d, or d q + m.
-template <GgufFormat F>
-struct ReadPairQ4 {
-  static constexpr bool kSigned = false, kMin = true;
-  template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    const PairLayout layout = pair_layout(F);
-    const int64_t pairs = (in / 32 + 1) / 2;
-    for (int64_t p = 0; p < pairs; ++p) {
-      const uint8_t* rec = w + p * layout.record_bytes;
-      for (int64_t j = 0; j < kPairUnits; ++j) {
-        Unit u;
-        u.u = q4k_unit(rec + layout.scale_bytes, j);
-        u.sc = halves_per_block(rec + 2 * j);
-        u.mn = F == GgufFormat::kQ4_1 ? halves_per_block(rec + 4 + 2 * j) : vscaled(u.sc, -8.f);
-        emit(u, p * kPairUnits + j);
-      }
-    }
-  }
-};
-using ReadQ4_0 = ReadPairQ4<GgufFormat::kQ4_0>;
-using ReadQ4_1 = ReadPairQ4<GgufFormat::kQ4_1>;
-
-// Q8_0 pair records: w = d q.
-struct ReadQ8_0 {
-  static constexpr bool kSigned = true, kMin = false;
-  template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    const int64_t pairs = (in / 32 + 1) / 2;
-    for (int64_t p = 0; p < pairs; ++p) {
-      const uint8_t* rec = w + p * 68;
-      for (int64_t j = 0; j < kPairUnits; ++j) {
-        Unit u;
-        u.sign = bytes_unit(rec + 4, j);
-        u.u = abs_bytes(u.sign);
-        u.sc = halves_per_block(rec + 2 * j);
-        emit(u, p * kPairUnits + j);
-      }
-    }
-  }
-};
-
-// Q4_K super-block (256): fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins for
-// its 8 sub-blocks, 128 bytes of nibbles; w = d sc_j q - dmin m_j.
-struct ReadQ4_K {
-  static constexpr bool kSigned = false, kMin = true;
-  static void scales(const uint8_t* q, int j, int& sc, int& m) {  // ggml's get_scale_min_k4
-    if (j < 4) {
-      sc = q[j] & 63;
-      m = q[j + 4] & 63;
-    } else {
-      sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-      m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-  }
-  template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    constexpr int64_t units = 256 / kUnit;
-    for (int64_t b = 0; b < in / 256; ++b) {
-      const uint8_t* blk = w + b * 144;
-      const float d = half_at(blk), dmin = half_at(blk + 2);
-      float sc[8], mn[8];
-      for (int j = 0; j < 8; ++j) {
-        int s, m;
-        scales(blk + 4, j, s, m);
-        sc[j] = d * static_cast<float>(s);
-        mn[j] = -(dmin * static_cast<float>(m));
-      }
-      for (int64_t i = 0; i < units; ++i) {
-        Unit u;
-        u.u = q4k_unit(blk + 16, i);
-        u.sc = per_block(sc + i * kBlocksPerUnit);
-        u.mn = per_block(mn + i * kBlocksPerUnit);
-        emit(u, b * units + i);
-      }
-    }
-  }
-};
-
-// Q6_K super-block (256): ql[128] low 4 bits, qh[64] high 2 bits, 16 int8 scales (one
-// per 16 weights), fp16 d; w = d sc (q - 32).
-struct ReadQ6_K {
-  static constexpr bool kSigned = false, kMin = true;
-  template <class Emit> static void row(const uint8_t* w, int64_t in, Emit&& emit) {
-    constexpr int64_t units = 256 / kUnit;
-    for (int64_t b = 0; b < in / 256; ++b) {
-      const uint8_t* blk = w + b * 210;
-      const float d = half_at(blk + 208);
-      for (int64_t i = 0; i < units; ++i) {
-        Unit u;
-        u.u = q6k_unit(blk, i);
-        u.sc = q6k_scales(blk + 192, d, i);
-        u.mn = vscaled(u.sc, -32.f);
-        emit(u, b * units + i);
-      }
-    }
-  }
-};
-
 // ------------------------------------------------------------- kernels ---
+// Per (x row, output): acc += float(int dot of a scale's span + integer offset) * (sc * dx)
+// over the spans in order, plus for Q4_1 / Q4_K min += mn * (float(sum q) dx); y = acc
+// + min. One sequence of float operations per (x row, output) whatever the tile, the
+// group or the thread: lanes never mix, the reduction over `in` never splits.
 
-// The unit's products with one x row: acc += the integer dot scaled, min += the
-// offset term (two accumulators, so two short dependency chains).
-template <class Reader>
-inline void unit_step(VF& acc, VF& min, const Unit& w, const int8_t* xq, const float* xd,
-                      const float* xs) {
-  VI x = xload(xq);
-  if constexpr (Reader::kSigned) x = signed_x(x, w.sign);
-  acc = vfma(dot_lanes(w.u, x), vmul(w.sc, vload(xd)), acc);
-  if constexpr (Reader::kMin) min = vfma(w.mn, vload(xs), min);
-}
-
-// Dot products of one weight row with x rows t0 .. t0 + R, each unit unpacked once.
-template <class Reader, int R>
-inline void dot_tile(const uint8_t* w, int64_t in, const QuantizedRows& x, int64_t t0,
-                     float* out) {
-  VF acc[R], min[R];
-  for (int r = 0; r < R; ++r) acc[r] = min[r] = vzero();
-  Reader::row(w, in, [&](const Unit& u, int64_t i) {
-    for (int r = 0; r < R; ++r)
-      unit_step<Reader>(acc[r], min[r], u, x.q_at(t0 + r, i), x.d_at(t0 + r, i), x.s_at(t0 + r, i));
-  });
-  for (int r = 0; r < R; ++r) out[r] = vsum(vadd(acc[r], min[r]));
-}
-
-template <class Reader, int R = kQuantTile>
-inline void dot_rows(const uint8_t* w, int64_t in, const QuantizedRows& x, int64_t t0,
-                     int64_t rows, float* out) {
-  if constexpr (R > 1) {
-    if (rows < R) return dot_rows<Reader, R - 1>(w, in, x, t0, rows, out);
+// The 8 step vectors of a nibble 32-block.
+inline void unpack_nibbles(const uint8_t* p, VB (&w)[8]) {
+  for (int k = 0; k < 4; ++k) {
+    const VB v = ldb(p + k * kStep);
+    w[k] = nib_lo(v);
+    w[k + 4] = nib_hi(v);
   }
-  dot_tile<Reader, R>(w, in, x, t0, out);
 }
 
-// y[:, col0 + n] for output rows n0 .. n1 of one segment (row_bytes per row).
-template <class Reader, typename T>
-void segment_rows(const uint8_t* w, int64_t row_bytes, int64_t in, const QuantizedRows& x,
-                  int64_t rows_x, int64_t n0, int64_t n1, const float* bias, int64_t col0, T* y,
-                  int64_t ldy) {
-  float out[kQuantTile];
-  for (int64_t nb = n0; nb < n1; nb += kOutBlock) {
-    const int64_t ne = std::min(n1, nb + kOutBlock);
+// acc[r] += float(init_r + sum of steps s0 .. s0 + S of w * x_r) * (sc * dx_r).
+template <int R, int S>
+inline void span_u(VF (&acc)[R], const VB* w, VF sc, const QuantizedRows& x, int64_t t0,
+                   int64_t b, int s0, const int32_t* init, int init_mul) {
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = t0 + r;
+    VA ia = iset1(init_mul * init[t * x.blocks * (S == 4 ? 2 : 1) + (S == 4 ? 2 * b + s0 / 4 : b)]);
+    const int8_t* xq = x.q_at(t, b) + 4 * s0;
+    for (int s = 0; s < S; ++s) ia = dot_u(ia, w[s], xq + 4 * s);
+    acc[r] = vfma(cvt(ia), vmul(sc, vset1(x.d[t * x.blocks + b])), acc[r]);
+  }
+}
+
+template <GgufFormat F, int R>
+inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x, int64_t t0,
+                       float* out /* [R][kLanes] */) {
+  constexpr int64_t G = kLanes;
+  VF acc[R], mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = mins[r] = vzero();
+  const int64_t rec = record_bytes(F);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = g + b * rec;
+    VB w[8];
+    if constexpr (F == GgufFormat::kQ4_0) {  // w = d (u - 8)
+      unpack_nibbles(p + 2 * G, w);
+      span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), -8);
+    } else if constexpr (F == GgufFormat::kQ4_1) {  // w = d u + m
+      unpack_nibbles(p + 4 * G, w);
+      span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), 0);
+      const VF m = ld_half(p + 2 * G);
+      for (int r = 0; r < R; ++r) mins[r] = vfma(m, vset1(x.s[(t0 + r) * x.blocks + b]), mins[r]);
+    } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q
+      VB wa[8];
+      for (int s = 0; s < 8; ++s) {
+        w[s] = ldb(p + 4 * G + s * kStep);
+        if constexpr (!kVnni) wa[s] = babs(w[s]);
+        else wa[s] = w[s];
+      }
+      const VA init = kVnni ? minus128(p + 2 * G) : iset1(0);
+      const VF d = ld_half(p);
+      for (int r = 0; r < R; ++r) {
+        const int64_t t = t0 + r;
+        VA ia = init;
+        const int8_t* xq = x.q_at(t, b);
+        const uint8_t* xu = kVnni ? x.qu_at(t, b) : nullptr;
+        for (int s = 0; s < 8; ++s) ia = dot_s(ia, w[s], wa[s], xq + 4 * s, kVnni ? xu + 4 * s : nullptr);
+        acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[t * x.blocks + b])), acc[r]);
+      }
+    } else if constexpr (F == GgufFormat::kQ4_K) {  // w = d sc_j u - dmin m_j per 32
+      const VF d = ld_half(p), dmin = ld_half(p + 2 * G);
+      for (int j = 0; j < 8; ++j) {
+        unpack_nibbles(p + 20 * G + j * 16 * G, w);
+        const VF sc = vmul(d, ld_u8f(p + 4 * G + j * G));
+        const VF mn = vneg(vmul(dmin, ld_u8f(p + 12 * G + j * G)));
+        const int64_t xb = 8 * b + j;
+        span_u<R, 8>(acc, w, sc, x, t0, xb, 0, x.s32.data(), 0);
+        for (int r = 0; r < R; ++r) mins[r] = vfma(mn, vset1(x.s[(t0 + r) * x.blocks + xb]), mins[r]);
+      }
+    } else {  // Q6_K: w = d sc_k (u - 32) per 16
+      const VF d = ld_half(p);
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t* o = p + 18 * G + j * 24 * G;
+        unpack_nibbles(o, w);
+        const VB top0 = ldb(o + 16 * G), top1 = ldb(o + 16 * G + kStep);
+        for (int s = 0; s < 8; ++s) w[s] = join_hi2(w[s], s < 4 ? top0 : top1, s % 4);
+        const int64_t xb = 8 * b + j;
+        span_u<R, 4>(acc, w, vmul(d, ld_i8f(p + 2 * G + (2 * j) * G)), x, t0, xb, 0, x.s16.data(), -32);
+        span_u<R, 4>(acc, w + 4, vmul(d, ld_i8f(p + 2 * G + (2 * j + 1) * G)), x, t0, xb, 4,
+                     x.s16.data(), -32);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    constexpr bool kMin = F == GgufFormat::kQ4_1 || F == GgufFormat::kQ4_K;
+    vstore(out + r * G, kMin ? vadd(acc[r], mins[r]) : acc[r]);
+  }
+}
+
+template <GgufFormat F, int R = kQuantTile>
+inline void group_rows(const uint8_t* g, int64_t blocks, const QuantizedRows& x, int64_t t0,
+                       int64_t rows, float* out) {
+  if constexpr (R > 1) {
+    if (rows < R) return group_rows<F, R - 1>(g, blocks, x, t0, rows, out);
+  }
+  group_tile<F, R>(g, blocks, x, t0, out);
+}
+
+// y[:, row0 + n] for the segment's groups g0 .. g1, all x rows.
+template <GgufFormat F, typename T>
+void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
+                    int64_t g1, const float* bias, T* y, int64_t ldy) {
+  const int64_t bytes = seg.blocks.size(1), blocks = bytes / record_bytes(F);
+  alignas(64) float out[kQuantTile * kLanes];
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* w = seg.blocks.data_ptr<uint8_t>() + g * bytes;
+    const int64_t n0 = g * kLanes, lanes = std::min(kLanes, seg.rows - n0);
     for (int64_t t0 = 0; t0 < rows_x; t0 += kQuantTile) {
       const int64_t tile = std::min(kQuantTile, rows_x - t0);
-      for (int64_t n = nb; n < ne; ++n) {
-        dot_rows<Reader>(w + n * row_bytes, in, x, t0, tile, out);
-        const int64_t col = col0 + n;
-        for (int64_t r = 0; r < tile; ++r)
-          y[(t0 + r) * ldy + col] = from_f<T>(bias ? out[r] + bias[col] : out[r]);
+      group_rows<F>(w, blocks, x, t0, tile, out);
+      for (int64_t r = 0; r < tile; ++r) {
+        T* yr = y + (t0 + r) * ldy + seg.row0 + n0;
+        const float* o = out + r * kLanes;
+        if (bias) {
+          const float* bs = bias + seg.row0 + n0;
+          for (int64_t l = 0; l < lanes; ++l) yr[l] = from_f<T>(o[l] + bs[l]);
+        } else {
+          for (int64_t l = 0; l < lanes; ++l) yr[l] = from_f<T>(o[l]);
+        }
       }
     }
   }
 }
 
 template <typename T>
-void run_segment(const QuantSegment& seg, int64_t in, const QuantizedRows& x, int64_t rows_x,
-                 int64_t n0, int64_t n1, const float* bias, T* y, int64_t ldy) {
-  const uint8_t* w = seg.blocks.data_ptr<uint8_t>();  // kernel layout
-  const int64_t rb = seg.blocks.size(1);
+void run_segment(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
+                 int64_t g1, const float* bias, T* y, int64_t ldy) {
   switch (seg.format) {
-    case GgufFormat::kQ4_0:
-      return segment_rows<ReadQ4_0>(w, rb, in, x, rows_x, n0, n1, bias, seg.row0, y, ldy);
-    case GgufFormat::kQ4_1:
-      return segment_rows<ReadQ4_1>(w, rb, in, x, rows_x, n0, n1, bias, seg.row0, y, ldy);
-    case GgufFormat::kQ8_0:
-      return segment_rows<ReadQ8_0>(w, rb, in, x, rows_x, n0, n1, bias, seg.row0, y, ldy);
-    case GgufFormat::kQ4_K:
-      return segment_rows<ReadQ4_K>(w, rb, in, x, rows_x, n0, n1, bias, seg.row0, y, ldy);
-    case GgufFormat::kQ6_K:
-      return segment_rows<ReadQ6_K>(w, rb, in, x, rows_x, n0, n1, bias, seg.row0, y, ldy);
+    case GgufFormat::kQ4_0: return segment_groups<GgufFormat::kQ4_0>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ4_1: return segment_groups<GgufFormat::kQ4_1>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ8_0: return segment_groups<GgufFormat::kQ8_0>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ4_K: return segment_groups<GgufFormat::kQ4_K>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ6_K: return segment_groups<GgufFormat::kQ6_K>(seg, x, rows_x, g0, g1, bias, y, ldy);
   }
 }
 
 template <typename T>
 void quant_linear_impl(const T* x, T* y, int64_t rows_x, const QuantWeight& qw) {
-  const QuantizedRows xq = quantize_rows(x, rows_x, qw.in_features);
+  bool any_q8 = false;
+  std::vector<int64_t> first;  // first global group of each segment
+  int64_t groups = 0;
+  for (const QuantSegment& s : qw.segments) {
+    any_q8 |= s.format == GgufFormat::kQ8_0;
+    first.push_back(groups);
+    groups += s.blocks.size(0);
+  }
+  const QuantizedRows xq = quantize_rows(x, rows_x, qw.in_features, kVnni && any_q8);
   const float* bias = qw.bias.defined() ? qw.bias.data_ptr<float>() : nullptr;
-  const int64_t out = qw.out_features;
-  // Whole output rows per thread: never a split reduction, so no thread-count effect.
-  at::parallel_for(0, out, 16, [&](int64_t n0, int64_t n1) {
-    for (const QuantSegment& seg : qw.segments) {
-      const int64_t lo = std::max(n0, seg.row0), hi = std::min(n1, seg.row0 + seg.rows);
+  // Whole groups of outputs per thread: never a split reduction, so no thread-count effect.
+  at::parallel_for(0, groups, 1, [&](int64_t a, int64_t z) {
+    for (size_t i = 0; i < qw.segments.size(); ++i) {
+      const QuantSegment& seg = qw.segments[i];
+      const int64_t lo = std::max(a, first[i]), hi = std::min(z, first[i] + seg.blocks.size(0));
       if (lo < hi)
-        run_segment(seg, qw.in_features, xq, rows_x, lo - seg.row0, hi - seg.row0, bias, y, out);
+        run_segment(seg, xq, rows_x, lo - first[i], hi - first[i], bias, y, qw.out_features);
     }
   });
 }
