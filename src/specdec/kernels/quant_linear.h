@@ -137,6 +137,10 @@ inline VA dot_u(VA acc, VB u, const int8_t* x) {
                                                  _mm512_set1_epi16(1)));
 #endif
 }
+// maddubs products (int16 pairs) of u with x's 4 bytes, their sums, and their int32 sum.
+inline VA mul16(VB u, const int8_t* x) { return _mm512_maddubs_epi16(u, _mm512_set1_epi32(four(x))); }
+inline VA add16(VA a, VA b) { return _mm512_add_epi16(a, b); }
+inline VA widen_add(VA acc, VA p) { return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1))); }
 // acc + per lane sum of 4 (w signed) * (x signed). VNNI: (x + 128) unsigned times w, the
 // 128 sum(w) taken off by the caller's initial acc; else |w| times x with w's sign.
 inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x, const uint8_t* xu) {
@@ -196,6 +200,9 @@ inline VA dot_u(VA acc, VB u, const int8_t* x) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(four(x))),
                                                  _mm256_set1_epi16(1)));
 }
+inline VA mul16(VB u, const int8_t* x) { return _mm256_maddubs_epi16(u, _mm256_set1_epi32(four(x))); }
+inline VA add16(VA a, VA b) { return _mm256_add_epi16(a, b); }
+inline VA widen_add(VA acc, VA p) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1))); }
 inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x, const uint8_t*) {
   const __m256i xb = _mm256_sign_epi8(_mm256_set1_epi32(four(x)), w);
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xb), _mm256_set1_epi16(1)));
@@ -503,6 +510,23 @@ inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
 // + min. One sequence of float operations per (x row, output) whatever the tile, the
 // group or the thread: lanes never mix, the reduction over `in` never splits.
 
+// acc + the dot of S steps (unsigned w, x's 4 bytes per step). Without VNNI, the maddubs
+// int16 pairs of P steps are summed before one widening madd: each pair is at most
+// 2 * 15 * 127 (4-bit u: P = 8 stays below 2^15) or 2 * 63 * 127 (6-bit: P = 2).
+template <int S, int P>
+inline VA dot_span(VA acc, const VB* w, const int8_t* x) {
+#if defined(__AVX512VNNI__) || !defined(__AVX2__)
+  for (int s = 0; s < S; ++s) acc = dot_u(acc, w[s], x + 4 * s);
+#else
+  for (int s0 = 0; s0 < S; s0 += P) {
+    VA p = mul16(w[s0], x + 4 * s0);
+    for (int s = s0 + 1; s < s0 + P; ++s) p = add16(p, mul16(w[s], x + 4 * s));
+    acc = widen_add(acc, p);
+  }
+#endif
+  return acc;
+}
+
 // The 8 step vectors of a nibble 32-block.
 inline void unpack_nibbles(const uint8_t* p, VB (&w)[8]) {
   for (int k = 0; k < 4; ++k) {
@@ -520,7 +544,7 @@ inline void span_u(VF (&acc)[R], const VB* w, VF sc, const QuantizedRows& x, int
     const int64_t t = t0 + r;
     VA ia = iset1(init_mul * init[t * x.blocks * (S == 4 ? 2 : 1) + (S == 4 ? 2 * b + s0 / 4 : b)]);
     const int8_t* xq = x.q_at(t, b) + 4 * s0;
-    for (int s = 0; s < S; ++s) ia = dot_u(ia, w[s], xq + 4 * s);
+    ia = dot_span<S, S == 4 ? 2 : 8>(ia, w, xq);  // S = 4: Q6_K's 6-bit spans of 16
     acc[r] = vfma(cvt(ia), vmul(sc, vset1(x.d[t * x.blocks + b])), acc[r]);
   }
 }
