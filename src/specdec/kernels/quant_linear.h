@@ -14,7 +14,7 @@
 // order, with the same float operations whichever tile of x rows (1 to kQuantTile) or
 // lane it falls in (a group's missing rows are zero weights, run by the same code) and
 // however many rows the call has; the row's int8 quantisation depends on that row alone.
-// Resident size: GGUF's bytes (Q8_0 + 6 %, Q4_K + 3 %) plus the last group's padding.
+// Resident size: GGUF's bytes (Q4_K + 3 %) plus the last group's padding.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -131,7 +131,10 @@ inline int32_t four(const void* p) { int32_t v; std::memcpy(&v, p, 4); return v;
 // acc + per lane sum of 4 (u unsigned) * (x signed, the same 4 bytes in every lane).
 inline VA dot_u(VA acc, VB u, const int8_t* x) {
 #if defined(__AVX512VNNI__)
-  return _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(four(x)));
+  // x's 4 bytes as the instruction's {1to16} memory operand: GCC does not fold the
+  // set1 into vpdpbusd, and a separate broadcast per step costs as much as the step.
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
 #else
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_set1_epi32(four(x))),
                                                  _mm512_set1_epi16(1)));
@@ -141,24 +144,14 @@ inline VA dot_u(VA acc, VB u, const int8_t* x) {
 inline VA mul16(VB u, const int8_t* x) { return _mm512_maddubs_epi16(u, _mm512_set1_epi32(four(x))); }
 inline VA add16(VA a, VA b) { return _mm512_add_epi16(a, b); }
 inline VA widen_add(VA acc, VA p) { return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1))); }
-// acc + per lane sum of 4 (w signed) * (x signed). VNNI: (x + 128) unsigned times w, the
-// 128 sum(w) taken off by the caller's initial acc; else |w| times x with w's sign.
-inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x, const uint8_t* xu) {
-#if defined(__AVX512VNNI__)
-  (void)wabs, (void)x;
-  return _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(four(xu)), w);
-#else
-  (void)xu;
+// acc + per lane sum of 4 (w signed) * (x signed), as |w| times x with w's sign (Q8_0
+// without VNNI, where maddubs of (w + 128) would saturate).
+inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x) {
   __m512i xb = _mm512_set1_epi32(four(x));
   xb = _mm512_mask_sub_epi8(xb, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xb);
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(wabs, xb), _mm512_set1_epi16(1)));
-#endif
 }
-// -128 * (kLanes int16 at p), the VNNI offset correction of dot_s.
-inline VA minus128(const uint8_t* p) {
-  const __m512i s = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 7));
-}
+inline VB flip128(VB v) { return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))); }
 inline VF cvt(VA v) { return _mm512_cvtepi32_ps(v); }
 inline VF vzero() { return _mm512_setzero_ps(); }
 inline VF vset1(float v) { return _mm512_set1_ps(v); }
@@ -203,14 +196,11 @@ inline VA dot_u(VA acc, VB u, const int8_t* x) {
 inline VA mul16(VB u, const int8_t* x) { return _mm256_maddubs_epi16(u, _mm256_set1_epi32(four(x))); }
 inline VA add16(VA a, VA b) { return _mm256_add_epi16(a, b); }
 inline VA widen_add(VA acc, VA p) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1))); }
-inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x, const uint8_t*) {
+inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x) {
   const __m256i xb = _mm256_sign_epi8(_mm256_set1_epi32(four(x)), w);
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xb), _mm256_set1_epi16(1)));
 }
-inline VA minus128(const uint8_t* p) {
-  const __m256i s = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7));
-}
+inline VB flip128(VB v) { return _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))); }
 inline VF cvt(VA v) { return _mm256_cvtepi32_ps(v); }
 inline VF vzero() { return _mm256_setzero_ps(); }
 inline VF vset1(float v) { return _mm256_set1_ps(v); }
@@ -251,16 +241,12 @@ inline VA dot_u(VA acc, VB u, const int8_t* x) {
     for (int k = 0; k < 4; ++k) acc.i[l] += int32_t(u.b[4 * l + k]) * int32_t(x[k]);
   return acc;
 }
-inline VA dot_s(VA acc, VB w, VB, const int8_t* x, const uint8_t*) {
+inline VA dot_s(VA acc, VB w, VB, const int8_t* x) {
   for (int l = 0; l < 8; ++l)
     for (int k = 0; k < 4; ++k) acc.i[l] += int32_t(int8_t(w.b[4 * l + k])) * int32_t(x[k]);
   return acc;
 }
-inline VA minus128(const uint8_t* p) {
-  VA r;
-  for (int l = 0; l < 8; ++l) { int16_t s; std::memcpy(&s, p + 2 * l, 2); r.i[l] = -128 * s; }
-  return r;
-}
+inline VB flip128(VB v) { for (uint8_t& e : v.b) e ^= 0x80; return v; }
 inline VF cvt(VA v) { VF r; for (int l = 0; l < 8; ++l) r.f[l] = static_cast<float>(v.i[l]); return r; }
 inline VF vzero() { return VF{}; }
 inline VF vset1(float v) { VF r; for (float& e : r.f) e = v; return r; }
@@ -281,7 +267,6 @@ inline void vstore(float* p, VF v) { std::memcpy(p, v.f, sizeof v.f); }
 constexpr int64_t kStep = 4 * kLanes;  // bytes of one weight step vector
 // x rows per pass over a group's weights (each unpacked step vector serves them all).
 constexpr int64_t kQuantTile = kLanes == 16 ? 8 : 4;
-// The VNNI signed dot needs sum(w) per (row, block): Q8_0 records carry it.
 
 // ------------------------------------------------------ x quantisation ---
 
@@ -290,14 +275,12 @@ constexpr int64_t kQuantTile = kLanes == 16 ? 8 : 4;
 struct QuantizedRows {
   int64_t blocks = 0;      // 32-blocks per row
   std::vector<int8_t> q;   // [T, blocks * 32]
-  std::vector<uint8_t> qu; // q + 128 (the VNNI signed dot's unsigned x)
   std::vector<float> d;    // [T, blocks]
   std::vector<float> s;    // [T, blocks]: float(sum q) * d
   std::vector<int32_t> s32;  // [T, blocks]
   std::vector<int32_t> s16;  // [T, 2 blocks]
 
   const int8_t* q_at(int64_t t, int64_t b) const { return q.data() + (t * blocks + b) * 32; }
-  const uint8_t* qu_at(int64_t t, int64_t b) const { return qu.data() + (t * blocks + b) * 32; }
 };
 
 // dx = amax / 127, q = nearbyint(x / dx) (0 where the block is all zeros).
@@ -311,11 +294,10 @@ inline void quantize_block(const T* x, int64_t n, int8_t* q, float& d) {
 }
 
 template <typename T>
-QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in, bool unsigned_copy) {
+QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
   QuantizedRows out;
   const int64_t nb = out.blocks = (in + 31) / 32;
   out.q.assign(rows * nb * 32, 0);
-  if (unsigned_copy) out.qu.assign(rows * nb * 32, 128);
   out.d.assign(rows * nb, 0.f);
   out.s.assign(rows * nb, 0.f);
   out.s32.assign(rows * nb, 0);
@@ -332,8 +314,6 @@ QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in, bool unsigned_
         out.s16[2 * i + 1] = hi;
         out.s32[i] = lo + hi;
         out.s[i] = static_cast<float>(lo + hi) * out.d[i];
-        if (unsigned_copy)
-          for (int k = 0; k < 32; ++k) out.qu[i * 32 + k] = static_cast<uint8_t>(q[k] + 128);
       }
   });
   return out;
@@ -347,16 +327,17 @@ QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in, bool unsigned_
 // nibble vector k holds step k (low) and step k + 4 (high) of a 32-block.
 //   Q4_0: fp16 d[G] | nibbles 4 x kStep                          (18 G bytes, as GGUF)
 //   Q4_1: fp16 d[G] m[G] | nibbles                              (20 G, as GGUF)
-//   Q8_0: fp16 d[G] | int16 sum(q)[G] | int8 8 x kStep             (36 G: GGUF + 6 %)
+//   Q8_0: fp16 d[G] | u = q + 128, 8 x kStep                     (34 G, as GGUF)
 //   Q4_K: fp16 d[G] dmin[G] | u8 sc[8][G] m[8][G] | 8 x nibbles    (148 G: GGUF + 3 %)
 //   Q6_K: fp16 d[G] | int8 sc[16][G] | 8 x (nibbles, 2 x kStep of 2-bit tops)  (210 G)
-// Every format is read as w = sc * u + mn: u unsigned 4 / 6 bits (Q8_0: signed q).
+// Every format is read as w = sc * u + mn with u unsigned (4, 6 or 8 bits): the x side
+// of the dot stays signed, u the unsigned operand of dpbusd / maddubs.
 
 inline int64_t record_bytes(GgufFormat f) {
   switch (f) {
     case GgufFormat::kQ4_0: return 18 * kLanes;
     case GgufFormat::kQ4_1: return 20 * kLanes;
-    case GgufFormat::kQ8_0: return 36 * kLanes;
+    case GgufFormat::kQ8_0: return 34 * kLanes;
     case GgufFormat::kQ4_K: return 148 * kLanes;
     default: return 210 * kLanes;  // Q6_K
   }
@@ -467,13 +448,9 @@ inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
             break;
           }
           case GgufFormat::kQ8_0: {
-            for (int64_t l = 0; l < G; ++l) {
-              std::memcpy(r + 2 * l, hdr[l], 2);
-              int16_t sum = 0;
-              for (int i = 0; i < 32; ++i) sum = static_cast<int16_t>(sum + int8_t(hdr[l][2 + i]));
-              std::memcpy(r + 2 * G + 2 * l, &sum, 2);
-            }
-            pack_bytes(lanes_at(b * 32), r + 4 * G);
+            for (int64_t l = 0; l < G; ++l) std::memcpy(r + 2 * l, hdr[l], 2);
+            pack_bytes(lanes_at(b * 32), r + 2 * G);
+            for (int64_t i = 2 * G; i < 34 * G; ++i) r[i] ^= 0x80;  // q + 128
             break;
           }
           case GgufFormat::kQ4_K: {
@@ -567,22 +544,21 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
       span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), 0);
       const VF m = ld_half(p + 2 * G);
       for (int r = 0; r < R; ++r) mins[r] = vfma(m, vset1(x.s[(t0 + r) * x.blocks + b]), mins[r]);
-    } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q
-      VB wa[8];
-      for (int s = 0; s < 8; ++s) {
-        w[s] = ldb(p + 4 * G + s * kStep);
-        if constexpr (!kVnni) wa[s] = babs(w[s]);
-        else wa[s] = w[s];
-      }
-      const VA init = kVnni ? minus128(p + 2 * G) : iset1(0);
-      const VF d = ld_half(p);
-      for (int r = 0; r < R; ++r) {
-        const int64_t t = t0 + r;
-        VA ia = init;
-        const int8_t* xq = x.q_at(t, b);
-        const uint8_t* xu = kVnni ? x.qu_at(t, b) : nullptr;
-        for (int s = 0; s < 8; ++s) ia = dot_s(ia, w[s], wa[s], xq + 4 * s, kVnni ? xu + 4 * s : nullptr);
-        acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[t * x.blocks + b])), acc[r]);
+    } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q = d (u - 128)
+      for (int s = 0; s < 8; ++s) w[s] = ldb(p + 2 * G + s * kStep);
+      if constexpr (kVnni) {
+        span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), -128);
+      } else {  // maddubs: (q + 128) x could saturate int16, |q| sign(q) x cannot
+        VB wa[8];
+        for (int s = 0; s < 8; ++s) w[s] = flip128(w[s]), wa[s] = babs(w[s]);
+        const VF d = ld_half(p);
+        for (int r = 0; r < R; ++r) {
+          const int64_t t = t0 + r;
+          VA ia = iset1(0);
+          const int8_t* xq = x.q_at(t, b);
+          for (int s = 0; s < 8; ++s) ia = dot_s(ia, w[s], wa[s], xq + 4 * s);
+          acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[t * x.blocks + b])), acc[r]);
+        }
       }
     } else if constexpr (F == GgufFormat::kQ4_K) {  // w = d sc_j u - dmin m_j per 32
       const VF d = ld_half(p), dmin = ld_half(p + 2 * G);
@@ -663,15 +639,13 @@ void run_segment(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x
 
 template <typename T>
 void quant_linear_impl(const T* x, T* y, int64_t rows_x, const QuantWeight& qw) {
-  bool any_q8 = false;
   std::vector<int64_t> first;  // first global group of each segment
   int64_t groups = 0;
   for (const QuantSegment& s : qw.segments) {
-    any_q8 |= s.format == GgufFormat::kQ8_0;
     first.push_back(groups);
     groups += s.blocks.size(0);
   }
-  const QuantizedRows xq = quantize_rows(x, rows_x, qw.in_features, kVnni && any_q8);
+  const QuantizedRows xq = quantize_rows(x, rows_x, qw.in_features);
   const float* bias = qw.bias.defined() ? qw.bias.data_ptr<float>() : nullptr;
   // Whole groups of outputs per thread: never a split reduction, so no thread-count effect.
   at::parallel_for(0, groups, 1, [&](int64_t a, int64_t z) {
