@@ -48,6 +48,7 @@ def row_by_row(llm: LLM) -> LLM:
     model.lm_head = RowByRowLinear(model.embed_tokens.weight, None)
     model.tie_word_embeddings = False
     model._kernel_weights_cache = None
+    llm.engine.runner.invariant_attention = True  # what batch_invariant=True would set
     return llm
 
 
@@ -77,10 +78,7 @@ def greedy(llm: LLM, batch: list[list[int]]) -> list[tuple[list[int], list[float
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_greedy_output_does_not_depend_on_the_batch(engine, prompts):
-    if engine == "gguf" and not hasattr(kernels.load(), "gguf_formats"):
-        pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
-    if engine == "bf16-invariant" and not packed_linear.invariant_available(kernels.load()):
-        pytest.skip("no batch-invariant bf16 kernel here (needs AVX-512 without AMX tiles)")
+    skip_unless_runnable(engine)
     make = ENGINES[engine]
     llm = make(enable_prefix_caching=False)
     if engine == "bf16-invariant":
@@ -107,16 +105,32 @@ def test_greedy_output_does_not_depend_on_the_batch(engine, prompts):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="model_runner._attention_groups sends a query of "
-                   "17..32 tokens over cached context to the padded attention path, whose "
-                   "rounding differs from the paged-attention kernel's (every engine)")
-def test_greedy_output_after_a_cache_hit_leaving_a_long_query(prompts):
-    if not packed_linear.invariant_available(kernels.load()):
-        pytest.skip("no batch-invariant bf16 kernel here (needs AVX-512 without AMX tiles)")
-    make = ENGINES["bf16-invariant"]
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_long_queries_take_the_same_attention(engine, prompts):
+    """Queries longer than the kernel's short-query sizes (a cache hit leaving 20..35
+    tokens, 48-token chunks, a fresh prompt past 256 tokens) still give the output the
+    prompt has alone: every query goes to the paged-attention kernel."""
+    skip_unless_runnable(engine)
+    make = ENGINES[engine]
     prompt = prompts[0]
-    alone = greedy(make(enable_prefix_caching=False), [prompt])[0]
+    long_prompt = [t for p in prompts[:4] for t in p][:300]
+    llm = make(enable_prefix_caching=False)
+    alone, long_alone = greedy(llm, [prompt])[0], greedy(llm, [long_prompt])[0]
+    assert greedy(llm, [long_prompt, *prompts[1:4]])[0] == long_alone
+    del llm
+
     cached = make(enable_prefix_caching=True)
     shared = (len(prompt) - 20) // 16 * 16  # leaves 20..35 tokens to compute
     greedy(cached, [prompt[:shared] + [13, 13, 13]])
     assert greedy(cached, [prompt])[0] == alone
+    del cached
+
+    chunked = make(enable_prefix_caching=False, max_num_batched_tokens=48)
+    assert greedy(chunked, [long_prompt])[0] == long_alone
+
+
+def skip_unless_runnable(engine: str) -> None:
+    if engine == "gguf" and not hasattr(kernels.load(), "gguf_formats"):
+        pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
+    if engine == "bf16-invariant" and not packed_linear.invariant_available(kernels.load()):
+        pytest.skip("no batch-invariant bf16 kernel here (needs AVX-512 without AMX tiles)")

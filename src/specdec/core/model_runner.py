@@ -22,9 +22,16 @@ KERNEL_PROMPT = 256
 
 
 class ModelRunner:
+    """``invariant_attention``: with the fused kernels, every query (any length, fresh
+    or over cached context) goes to the paged-attention kernel, whose result for a
+    query row does not depend on the other rows: with batch-invariant projections, a
+    prompt's output is then the same alone, batched, chunked or after a cache hit.
+    Otherwise long queries take SDPA, faster for long prompts."""
+
     def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 kernels=None):
+                 kernels=None, invariant_attention: bool = False):
         self.model = model
+        self.invariant_attention = invariant_attention
         self.block_size = block_size
         self.dtype = dtype
         self.sliding_window = getattr(model.config, "sliding_window", None) or None
@@ -125,9 +132,9 @@ class ModelRunner:
             member = (offset, s)
             offset += s.num_tokens
             fits_window = self.sliding_window is None or s.num_tokens <= self.sliding_window
-            if self.kernels is not None and s.num_tokens <= (
+            if self.kernels is not None and (self.invariant_attention or s.num_tokens <= (
                 KERNEL_PROMPT if s.start == 0 else KERNEL_QUERY
-            ):
+            )):
                 kernel.append(member)
             elif s.num_tokens == 1 and s.start > 0:
                 singles.append(member)

@@ -80,7 +80,8 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         kv=kv,
         scheduler=scheduler,
         kernels=kernels,
-        runner=ModelRunner(model, num_blocks, config.block_size, dtype, kernels),
+        runner=ModelRunner(model, num_blocks, config.block_size, dtype, kernels,
+                           invariant_attention=weight_format == "gguf" or config.batch_invariant),
         sampler=Sampler(config.seed, kernels),
         eos_token_ids=eos_token_ids(model_dir, model_config, tokenizer),
     )
