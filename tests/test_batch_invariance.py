@@ -54,9 +54,7 @@ def row_by_row(llm: LLM) -> LLM:
 
 ENGINES = {
     "gguf": lambda **kw: LLM(quantization="gguf", **kw),
-    "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32",
-                                              fused_kernels=kernels.load() is not None,
-                                              **kw)),
+    "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32", **kw)),
     "bf16-invariant": lambda **kw: LLM(quantization="none", dtype="bfloat16",
                                        batch_invariant=True, **kw),
 }
@@ -130,6 +128,8 @@ def test_long_queries_take_the_same_attention(engine, prompts):
 
 
 def skip_unless_runnable(engine: str) -> None:
+    if kernels.load() is None:  # eager PyTorch: SDPA's rounding depends on the query shape
+        pytest.skip("batch invariance needs the fused kernels' paged attention")
     if engine == "gguf" and not hasattr(kernels.load(), "gguf_formats"):
         pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
     if engine == "bf16-invariant" and not packed_linear.invariant_available(kernels.load()):

@@ -23,6 +23,8 @@ PER_LEVEL_TESTS = [
     "tests/test_kernels_quant.py",  # GGUF projections: every format on this level's path
     "tests/test_kernels_bf16_invariant.py",  # batch-invariant bf16 (skips below avx512)
     "tests/test_bf16_engine.py",
+    "tests/test_gguf_engine.py",  # the bundled model on its GGUF blocks vs dequantized
+    "tests/test_batch_invariance.py",  # alone = batched = chunked = cached = speculative
     "tests/test_correctness_hf.py",  # tiny models: greedy identity with HF in float32
 ]
 SLOW = ["--deselect", "tests/test_correctness_hf.py::test_smollm2_matches_hf"]
