@@ -107,3 +107,12 @@ def test_field_default_reads_defaults_and_factories():
 
     with pytest.raises(TypeError):
         field_default(Required, "x")
+
+
+def test_batch_invariant_flag():
+    def config(*flags: str) -> EngineConfig:
+        return EngineConfig.from_kwargs(**engine_kwargs(
+            build_parser().parse_args(["generate", "x", *flags])))
+
+    assert config("--batch-invariant").batch_invariant
+    assert not config().batch_invariant and not config("--no-batch-invariant").batch_invariant

@@ -57,10 +57,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                         default=engine("fused_kernels"),
                         help="plain eager PyTorch: no C++ kernels, no pre-packed weights")
-    parser.add_argument("--batch-invariant", dest="batch_invariant", action="store_true",
+    parser.add_argument("--batch-invariant", dest="batch_invariant",
+                        action=argparse.BooleanOptionalAction,
                         default=engine("batch_invariant"),
                         help="bf16 projections whose rows do not depend on the batch "
-                             "(AVX-512 CPUs without AMX)")
+                             "(AVX-512 CPUs without AMX; --no-batch-invariant: oneDNN)")
     # No method (EngineConfig.speculative is None): speculation off.
     parser.add_argument("--speculative-method", choices=list(METHODS),
                         default=engine("speculative"))
