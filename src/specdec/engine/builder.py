@@ -20,6 +20,7 @@ from specdec.model import loader, quantization
 from specdec.model.builder import build_model, load_hf_config, resolve_dtype
 from specdec.model.packed_linear import pack_linears
 from specdec.model.registry import ModelRegistry
+from specdec.model.weight_info import projections_batch_invariant
 from specdec.sample.sampler import Sampler
 
 
@@ -81,7 +82,7 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         scheduler=scheduler,
         kernels=kernels,
         runner=ModelRunner(model, num_blocks, config.block_size, dtype, kernels,
-                           invariant_attention=weight_format == "gguf" or config.batch_invariant),
+                           invariant_attention=projections_batch_invariant(model)),
         sampler=Sampler(config.seed, kernels),
         eos_token_ids=eos_token_ids(model_dir, model_config, tokenizer),
     )

@@ -259,6 +259,7 @@ class LLMEngine:
             isa=isa.level(),
             weight_layout=weight_layout(self.model),
             weight_bytes=self.weight_bytes,
+            batch_invariant=self.runner.invariant_attention,  # outputs independent of the batch
             fused_kernels=self.runner.kernels is not None,
         )
         extras, failures = self.hooks.every("specdec_stats")

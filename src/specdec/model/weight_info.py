@@ -78,3 +78,11 @@ def streamed_weight_bytes(model: nn.Module) -> int:
         weight = model.embed_tokens.weight
         total += weight.numel() * weight.element_size()
     return total
+
+
+def projections_batch_invariant(model: nn.Module) -> bool:
+    """Whether every projection (LM head included) computes each row the same way
+    whatever else is in the batch: GGUF blocks or the bf16-invariant kernel only."""
+    layout = weight_layout(model).split("+")
+    tied_head = getattr(model, "tie_word_embeddings", False)  # F.linear on the embedding
+    return not tied_head and all(k.startswith("gguf-") or k == "bf16-invariant" for k in layout)
