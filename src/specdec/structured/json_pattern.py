@@ -75,7 +75,8 @@ def intersect(a: Ranges, b: Ranges) -> Ranges:
     return normalize(out)
 
 
-def _class_char(code: int) -> str:
+def class_char(code: int) -> str:
+    """The code point ``code`` as it may stand inside a regex character class."""
     char = chr(code)
     if char in "\\]^-[":
         return "\\" + char
@@ -85,7 +86,7 @@ def _class_char(code: int) -> str:
 
 
 def _class_body(ranges: Ranges) -> str:
-    return "".join(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}"
+    return "".join(class_char(lo) if lo == hi else f"{class_char(lo)}-{class_char(hi)}"
                    for lo, hi in ranges)
 
 

@@ -15,6 +15,7 @@ import interegular
 from interegular.fsm import FSM, anything_else
 
 from specdec.structured.errors import UnsupportedSchemaError
+from specdec.structured.json_pattern import class_char
 
 MAX_DIFFERENCE_REGEX = 20_000  # longer results are refused (state elimination can grow)
 
@@ -57,17 +58,8 @@ def _symbol_class(fsm: FSM, symbols: set[int]) -> str:
     if anything_else in chars:  # every character but those of the other symbols
         others = sorted(c for c, s in fsm.alphabet._symbol_mapping.items()
                         if s not in symbols and c is not anything_else)
-        return f"[^{''.join(map(_class_char, others))}]" if others else "[\\s\\S]"
-    return f"[{''.join(map(_class_char, sorted(chars)))}]"
-
-
-def _class_char(char: str) -> str:
-    code = ord(char)
-    if char in "\\]^-[":
-        return "\\" + char
-    if code < 0x20 or code == 0x7F:
-        return f"\\x{code:02x}"
-    return char
+        return f"[^{''.join(class_char(ord(c)) for c in others)}]" if others else "[\\s\\S]"
+    return f"[{''.join(class_char(ord(c)) for c in sorted(chars))}]"
 
 
 def _to_regex(fsm: FSM) -> str:
