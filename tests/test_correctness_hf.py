@@ -79,8 +79,8 @@ def test_smollm2_matches_hf(real_model_dir, tokenizer):
         for p in PROMPTS
     ]
     refs = [hf_greedy(real_model_dir, tokenizer, p, 32) for p in chat]
-    llm = LLM(dtype="float32", max_num_batched_tokens=64)  # chunked prefill too
+    llm = LLM(dtype="float32", quantization="none", max_num_batched_tokens=64)  # chunked too
     assert specdec_greedy(llm, chat, 32) == refs
-    llm = LLM(dtype="float32", num_kv_blocks=12, block_size=16)  # forces preemption
+    llm = LLM(dtype="float32", quantization="none", num_kv_blocks=12, block_size=16)  # preempts
     assert specdec_greedy(llm, chat, 32) == refs
     assert llm.stats()["preemptions"] > 0

@@ -140,16 +140,31 @@ CASES = [
     ({"properties": {"a/b": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 2}},
       "additionalProperties": False}, ['{"a/b":2}', '{"ax":5}', '{"ax":"s"}'],
      ['{"a/b":1}', '{"a\\/b":1}', '{"a\\/b":2}', '{"ax":1}', '{"b":2}']),
-    # 1.0 is the integer 1: integers may be written with a zero fraction
-    ({"type": "integer"}, ["1", "1.0", "-0.00", "10.000"], ["1.5", "1.", "1e2", ".0"]),
-    ({"type": "integer", "minimum": 3}, ["3.0", "4"], ["2.0", "3.5"]),
-    ({"type": "integer", "multipleOf": 3}, ["3.0", "-9.00"], ["4.0", "3.3"]),
+    # integers are generated without a fraction by default (integer_fraction=False)
+    ({"type": "integer"}, ["1", "-7", "10"], ["1.0", "1.5", "1.", "1e2", ".0"]),
     ({"not": {"type": "integer"}}, ["1.5"], ["1.0", "1"]),
     # const/enum objects match in any member order, still without duplicates
     ({"const": {"foo": "bar", "baz": [1, {"a": 1, "b": 2}]}},
      ['{"baz":[1,{"b":2,"a":1}],"foo":"bar"}', '{"foo":"bar","baz":[1,{"a":1,"b":2}]}'],
      ['{"foo":"bar"}', '{"foo":"bar","foo":"bar"}', '{"foo":"bar","baz":[1,{"a":1}]}']),
 ]
+
+
+# integer_fraction=True: 1.0 is the integer 1 (the specification counts values).
+FRACTION_CASES = [
+    ({"type": "integer"}, ["1", "1.0", "-0.00", "10.000"], ["1.5", "1.", "1e2", ".0"]),
+    ({"type": "integer", "minimum": 3}, ["3.0", "4"], ["2.0", "3.5"]),
+    ({"type": "integer", "multipleOf": 3}, ["3.0", "-9.00", "6"], ["4.0", "3.3"]),
+]
+
+
+@pytest.mark.parametrize(("schema", "good", "bad"), FRACTION_CASES,
+                         ids=[json.dumps(c[0])[:60] for c in FRACTION_CASES])
+def test_integers_with_a_zero_fraction(compile_for, accepts_exactly, schema, good, bad):
+    from specdec.structured.json_schema import schema_to_lark
+
+    grammar = schema_to_lark(schema, integer_fraction=True)
+    accepts_exactly(compile_for(grammar=grammar), good, bad)
 
 
 @pytest.mark.parametrize(("schema", "good", "bad"), CASES,

@@ -40,6 +40,8 @@ from typing import Any
 DRAFTS = ("draft2020-12", "draft7")
 # schema_to_lark options that follow the specification (see the module doc).
 SPEC_OPTIONS = {"additional_properties": "open", "property_order": "any"}
+# Integers may be spelled 1.0 (the specification counts values): on for the suite.
+SPEC_INTEGER_FRACTION = True
 NOT_COMPILED = ("unsupported", "timeout", "crash")
 
 
@@ -260,7 +262,8 @@ def builtin_backend(tokenizer, additional_properties: str = SPEC_OPTIONS["additi
     def compile_schema(schema, draft: str = "draft2020-12"):
         grammar = schema_to_lark(schema, additional_properties=additional_properties,
                                  retrieve=retrieve, default_draft=draft,
-                                 property_order=property_order)
+                                 property_order=property_order,
+                                 integer_fraction=SPEC_INTEGER_FRACTION)
         return compile_spec(ConstraintSpec("grammar", grammar, "json_schema"), vocab,
                             use_disk_cache=False)
 

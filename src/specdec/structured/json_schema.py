@@ -187,13 +187,17 @@ def schema_to_dict(schema: Any) -> dict:
 def schema_to_lark(schema: Any, whitespace: str | None = None, strict: bool = False,
                    additional_properties: str = "listed",
                    retrieve: Callable[[str], Any] | None = None,
-                   default_draft: str = "2020-12", property_order: str = "written") -> str:
+                   default_draft: str = "2020-12", property_order: str = "written",
+                   integer_fraction: bool = False) -> str:
     """The Lark grammar of the JSON texts ``schema`` accepts (see the module doc).
     ``whitespace``: a regex allowed around punctuation (default ``[ ]?``); ``strict``:
     ``additional_properties="closed"``; ``retrieve``: URI -> schema for ``$ref``s to
     other documents (offline use; nothing is ever fetched); ``default_draft``: the draft
     of a schema without ``$schema`` (draft 7 and earlier: ``$ref`` ignores its siblings);
-    ``property_order``: ``"written"`` or ``"any"`` (see the module doc)."""
+    ``property_order``: ``"written"`` or ``"any"`` (see the module doc);
+    ``integer_fraction``: integers may also be spelled with a zero fraction (``1.0``, as
+    the specification counts values); off by default, a generation-time restriction (a
+    model let to write ``99.`` can pad zeros up to its token limit)."""
     if additional_properties not in ("listed", "open", "closed"):
         raise ValueError(f"additional_properties must be listed, open or closed, "
                          f"got {additional_properties!r}")
@@ -204,7 +208,7 @@ def schema_to_lark(schema: Any, whitespace: str | None = None, strict: bool = Fa
         _refuse_internal_keywords(schema)
     mode = "closed" if strict else additional_properties
     return _Compiler(schema, whitespace or COMPACT_WHITESPACE, mode, retrieve,
-                     default_draft, property_order).grammar()
+                     default_draft, property_order, integer_fraction).grammar()
 
 
 INTERNAL_PREFIX = "x-specdec-"  # keywords the compiler writes for complements (schema_not)
@@ -230,8 +234,10 @@ def _refuse_internal_keywords(schema: Any) -> None:
 class _Compiler:
     def __init__(self, root: Any, whitespace: str, additional_properties: str,
                  retrieve: Callable[[str], Any] | None = None,
-                 default_draft: str = "2020-12", property_order: str = "written"):
+                 default_draft: str = "2020-12", property_order: str = "written",
+                 integer_fraction: bool = False):
         self.root = root
+        self.integer_fraction = integer_fraction
         self.whitespace = whitespace
         self.additional_properties = additional_properties
         self.property_order = property_order
@@ -587,10 +593,11 @@ class _Compiler:
         avoid = node.get(NOT_MULTIPLE)
         if step is not None and step.numerator > 1 or avoid:
             digits = self.multiples(1 if step is None else step.numerator, avoid, lo, hi, where)
-            return None if digits is None else self.rule(
-                [f"{digits} [{self.terminal(ZERO_FRACTION)}]"])
+            if digits is None or not self.integer_fraction:
+                return digits
+            return self.rule([f"{digits} [{self.terminal(ZERO_FRACTION)}]"])
         regex = INTEGER if lo is None and hi is None else int_range_regex(lo, hi)
-        return self.terminal(regex + f"(?:{ZERO_FRACTION})?")
+        return self.terminal(regex + (f"(?:{ZERO_FRACTION})?" if self.integer_fraction else ""))
 
     def type_number(self, node, where):
         if NOT_MULTIPLE in node:  # integers only (see schema_not)
