@@ -36,8 +36,9 @@ the schema allows, so the engine can be stricter than the schema, never looser:
   the order written (listed ones, then additional ones; ``property_order="any"``: listed
   ones in any order, additional ones anywhere, for objects of up to 6 listed
   properties), additional properties spelled without escapes,
-  integers without an exponent (``1`` and ``1.0``, not ``1e0``; beside bounds, the
-  multiples of a fractional ``multipleOf`` are generated as integer multiples),
+  integers without an exponent (``1``; ``1.0`` too with ``integer_fraction``; beside
+  bounds, the multiples of a fractional ``multipleOf`` are generated as integer
+  multiples),
   ``const``/``enum`` objects of more than 4 members (or a long regex) in the order
   written (smaller ones in any order), ``format`` (date, time, date-time,
   uuid, email, ipv4, hostname, uri) enforced as its syntax (without RFC length limits),
