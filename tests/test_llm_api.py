@@ -70,7 +70,7 @@ def test_chat_on_real_model_extracts_json():
     llm = LLM()
     out = llm.chat(
         [{"role": "user", "content": "Extract the name and age as JSON: Ann is 31."}],
-        SamplingParams(max_tokens=48, temperature=0.0),
+        SamplingParams(max_tokens=128, temperature=0.0),
     )[0]
     assert out.finish_reason == "stop"
     assert '"Ann"' in out.text and "31" in out.text

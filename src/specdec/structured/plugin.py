@@ -119,7 +119,9 @@ class StructuredOutputPlugin:
         self.vocab.byte_trie  # noqa: B018 - build once now, not on the first request
         grammar_tables('start: "a"', use_disk_cache=False)  # lark's one-time set-up, now
         # off the engine thread, and not in the compile pool: a request never waits for it
-        threading.Thread(target=warm_common_walks, args=(self.vocab,), daemon=True,
+        # Not a daemon: a process that exits right after start (a CLI error) waits for
+        # these few walks instead of finalizing under a thread inside torch (SIGABRT).
+        threading.Thread(target=warm_common_walks, args=(self.vocab,), daemon=False,
                          name="grammar-warm").start()
         if ISOLATION:
             start_isolation()
