@@ -47,7 +47,7 @@ def resident_weight_bytes(model: nn.Module) -> int:
 
     for module in model.modules():
         if type(module) is GgufLinear:
-            total += module.nbytes
+            total += int(module.projection.nbytes)  # its bias is a parameter, counted below
         elif type(module) is PackedLinear:
             add(module.packed)
             add(module.tiles)
