@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from specdec import LLM, SamplingParams
+from specdec.structured.compile import isolation_ready
 
 
 def _chain_grammar(num_rules: int, tail: str = "") -> str:
@@ -20,6 +21,8 @@ def _chain_grammar(num_rules: int, tail: str = "") -> str:
 def llm(tiny_model_dir, tmp_path, monkeypatch):
     llm = LLM(model=str(tiny_model_dir), dtype="float32", load_entry_points=False)
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))  # compiled entries go here
+    # The compile forkserver preloads for ~2 s after start; these tests time compiles.
+    assert isolation_ready(60.0)
     return llm
 
 

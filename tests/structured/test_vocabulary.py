@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from specdec.structured.vocabulary import token_vocabulary
+import pickle
+
+from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 
 
 def test_token_bytes_concatenate_to_the_text(tokenizer):
@@ -31,3 +33,24 @@ def _is_partial_utf8(b: bytes) -> bool:
         return False
     except UnicodeDecodeError:
         return True
+
+
+class _FillsCacheWhenPickled(bytes):
+    """A token whose pickling fills one of the vocabulary's cached properties, as another
+    thread (the start-up walks) does while a compile pickles the vocabulary for its child."""
+
+    vocab: TokenVocabulary | None = None
+
+    def __reduce__(self):
+        if self.vocab is not None:
+            self.vocab.max_token_bytes  # noqa: B018 - adds an entry to the instance dict
+        return bytes, (bytes(self),)
+
+
+def test_vocabulary_pickles_while_its_caches_fill():
+    token = _FillsCacheWhenPickled(b"ab")
+    vocab = TokenVocabulary([token, b"c", None], frozenset([2]), 3)
+    token.vocab = vocab
+    copy = pickle.loads(pickle.dumps(vocab))
+    assert copy.token_bytes == [b"ab", b"c", None]
+    assert copy.fingerprint == vocab.fingerprint and copy.max_token_bytes == 2

@@ -29,7 +29,7 @@ from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
 from specdec.structured.cfg.walk_store import SHARED as SHARED_WALKS
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
-from specdec.structured.compile_worker import ProcessCompiler
+from specdec.structured.compile_worker import ISOLATION, ProcessCompiler
 from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
@@ -109,6 +109,12 @@ def configure_isolation(max_workers: int | None = None,
 def start_isolation() -> None:
     """Start the compile forkserver now, so the first isolated compile starts warm."""
     _compiler.start()
+
+
+def isolation_ready(timeout_s: float | None = None) -> bool:
+    """Wait until the compile forkserver has run a first child (True at once without
+    isolation); False if it has not within ``timeout_s``."""
+    return not ISOLATION or _compiler.ready.wait(timeout_s)
 
 
 def compile_constraint(tokenizer, *, grammar: str | None = None, regex: str | None = None,

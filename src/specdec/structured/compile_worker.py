@@ -68,13 +68,24 @@ class ProcessCompiler:
         self._slots = threading.BoundedSemaphore(max_workers)
         self._ctx: Any = None
         self._ctx_lock = threading.Lock()
+        self.ready = threading.Event()  # set once a child has started (the server preloaded)
 
     def start(self) -> None:
-        """Start the forkserver now (~2 s, preloading), not on the first compile."""
+        """Start the forkserver now, not on the first compile: its preload takes ~2 s,
+        which a first compile would wait out (and a bad grammar would be found only
+        after the request's validation wait). Returns at once; ``ready`` is set when a
+        first, empty child has run."""
         from multiprocessing import forkserver
 
         self._context()
         forkserver.ensure_running()
+        threading.Thread(target=self._first_child, daemon=True,
+                         name="compile-warm").start()
+
+    def _first_child(self) -> None:
+        with contextlib.suppress(Exception):  # a real compile reports a real failure
+            self.run(_nothing, (), "a first compile child", timeout_s=60.0)
+        self.ready.set()
 
     def _context(self):
         with self._ctx_lock:
@@ -132,6 +143,10 @@ class ProcessCompiler:
                 raise pickle.loads(payload)
             else:
                 return payload
+
+
+def _nothing(send) -> None:
+    return None
 
 
 def _child(conn, memory_bytes: int, fn: Callable, args: tuple) -> None:
