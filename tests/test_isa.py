@@ -132,3 +132,20 @@ def test_engine_summary_names_the_path():
     assert line.startswith(f"isa={isa.level()}")
     assert "dtype=bfloat16" in line and "weights=onednn-packed" in line
     assert "fused kernels" in line
+
+
+def test_extensions_can_be_hidden_to_run_a_cpu_without_them():
+    assert isa.kept_extensions(ZEN5, None) == ZEN5
+    assert isa.kept_extensions(ZEN5, "all") == ZEN5
+    assert isa.kept_extensions(ZEN5, "none") == SKYLAKE_X
+    assert isa.kept_extensions(ZEN5, "avx512_vnni") == SKYLAKE_X | {"avx512_vnni"}
+    assert "-mavx512vnni" not in isa.compiler_flags("avx512", isa.kept_extensions(ZEN5, "none"))
+    # an AMX CPU without avx512_bf16 is an avx512 one
+    assert isa.highest_level(isa.kept_extensions(SAPPHIRE_RAPIDS, "avx512_vnni")) == "avx512"
+
+
+def test_torch_caps_follow_the_kept_extensions():
+    assert isa.torch_caps("avx512", SKYLAKE_X)["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE"
+    vnni = SKYLAKE_X | {"avx512_vnni"}
+    assert isa.torch_caps("avx512", vnni)["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE_VNNI"
+    assert isa.torch_caps("avx512", ZEN5)["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE_BF16"

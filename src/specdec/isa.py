@@ -10,7 +10,11 @@ target).
 The level is the highest the CPU's flags allow, decided once per process.
 ``SPECDEC_ISA=amx|avx512|avx2|eager`` forces a lower one, so every path can be run and
 tested on a machine that has a higher one; a level the CPU cannot run falls back to
-the CPU's own with one line on stderr, never an exception. A forced level also caps
+the CPU's own with one line on stderr, never an exception.
+``SPECDEC_ISA_EXTENSIONS`` (a comma list such as ``avx512_vnni``, or ``none``) keeps only
+those of the optional extensions (avx512_bf16, avx512_vnni), so the paths of a CPU
+without them (an AVX-512 Skylake-SP) are built and tested here too; a CPU without
+avx512_bf16 cannot be ``amx``. A forced level also caps
 oneDNN and ATen (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) where they have not
 been set and not yet read, so torch's own kernels make the same choices as on such a
 CPU (set them before torch is first used to be certain).
@@ -27,6 +31,7 @@ from collections.abc import Iterable
 X86_LEVELS = ("eager", "avx2", "avx512", "amx")
 OTHER_LEVELS = ("eager", "native")
 ENV = "SPECDEC_ISA"
+EXTENSIONS_ENV = "SPECDEC_ISA_EXTENSIONS"
 
 # CPU flags (as /proc/cpuinfo spells them) each x86 level needs, on top of the level below.
 _REQUIRES = {
@@ -48,12 +53,15 @@ _OPTIONAL = {
 # Flags worth naming beside a figure (model names like "AMD EPYC" hide the generation).
 _NOTABLE_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
                             "amx_tile", "amx_bf16", "avx_ne_convert", "avx_vnni"})
+OPTIONAL_EXTENSIONS = frozenset(cpu for opt in _OPTIONAL.values() for cpu in opt)
 # What torch's libraries are capped to under a forced level.
 _TORCH_CAPS = {
     "eager": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
     "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "ATEN_CPU_CAPABILITY": "avx512"},
 }
+# oneDNN's AVX-512 cap by the optional extensions kept (SPECDEC_ISA_EXTENSIONS).
+_ONEDNN_AVX512 = {frozenset(): "AVX512_CORE", frozenset({"avx512_vnni"}): "AVX512_CORE_VNNI"}
 
 
 def is_x86() -> bool:
@@ -80,7 +88,35 @@ def cpuinfo_field(*names: str) -> str | None:
 
 @functools.cache
 def cpu_flags() -> frozenset[str]:
+    """The flags this process's paths are chosen by: the CPU's, less the optional
+    extensions ``SPECDEC_ISA_EXTENSIONS`` leaves out."""
+    return kept_extensions(hardware_flags(), os.environ.get(EXTENSIONS_ENV))
+
+
+@functools.cache
+def hardware_flags() -> frozenset[str]:
+    """The CPU's own flags (``/proc/cpuinfo``)."""
     return frozenset((cpuinfo_field("flags", "Features") or "").split())
+
+
+def kept_extensions(flags: Iterable[str], keep: str | None) -> frozenset[str]:
+    """``flags`` less the optional extensions not named in ``keep`` (a comma list, or
+    ``none``; None, "" or ``all`` keep every one)."""
+    flags = frozenset(flags)
+    wanted = (keep or "all").strip().lower()
+    if wanted == "all":
+        return flags
+    names = frozenset(n.strip() for n in wanted.split(",") if n.strip()) - {"none"}
+    unknown = names - OPTIONAL_EXTENSIONS
+    if unknown:
+        _stderr(f"{EXTENSIONS_ENV}: {', '.join(sorted(unknown))} not among "
+                f"{', '.join(sorted(OPTIONAL_EXTENSIONS))}; ignored")
+    return flags - (OPTIONAL_EXTENSIONS - names)
+
+
+def extensions_limited() -> bool:
+    """Whether ``SPECDEC_ISA_EXTENSIONS`` hides an extension this CPU has."""
+    return cpu_flags() != hardware_flags()
 
 
 def highest_level(flags: Iterable[str], x86: bool = True) -> str:
@@ -131,8 +167,8 @@ def _stderr(message: str) -> None:
 def level() -> str:
     """This process's level (``SPECDEC_ISA`` or the CPU's highest), decided once."""
     chosen = choose_level(os.environ.get(ENV), cpu_flags(), is_x86(), warn=_stderr)
-    if chosen != highest_level(cpu_flags(), is_x86()):
-        for name, value in _TORCH_CAPS.get(chosen, {}).items():
+    if chosen != highest_level(hardware_flags(), is_x86()) or extensions_limited():
+        for name, value in torch_caps(chosen).items():
             os.environ.setdefault(name, value)
     return chosen
 
@@ -158,9 +194,14 @@ def compiler_flags(name: str, flags: Iterable[str]) -> list[str]:
     return out
 
 
-def torch_caps(name: str) -> dict[str, str]:
-    """Environment variables that cap torch's oneDNN and ATen to level ``name``."""
-    return dict(_TORCH_CAPS.get(name, {}))
+def torch_caps(name: str, flags: Iterable[str] | None = None) -> dict[str, str]:
+    """Environment variables that cap torch's oneDNN and ATen to level ``name`` on a CPU
+    with ``flags`` (default: this process's)."""
+    caps = dict(_TORCH_CAPS.get(name, {}))
+    kept = frozenset(cpu_flags() if flags is None else flags) & OPTIONAL_EXTENSIONS
+    if name == "avx512" and kept in _ONEDNN_AVX512:
+        caps["ONEDNN_MAX_CPU_ISA"] = _ONEDNN_AVX512[kept]
+    return caps
 
 
 def describe() -> str:
@@ -169,6 +210,9 @@ def describe() -> str:
     best = highest_level(cpu_flags(), is_x86())
     forced = "" if level() == best else f", forced by {ENV} (CPU: {best})"
     extras = sorted(cpu_flags() & _NOTABLE_FLAGS)
+    if extensions_limited():
+        hidden = sorted(hardware_flags() - cpu_flags())
+        forced += f", {EXTENSIONS_ENV} hides {' '.join(hidden)}"
     return f"isa={level()}{forced}; cpu={model} [{' '.join(extras) or 'no avx2'}]"
 
 
