@@ -48,7 +48,13 @@ class ByteTrie:
         return first[parent_index] + np.arange(total), parent_index
 
     @functools.cached_property
-    def _tokens_by_node(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def root_children(self) -> np.ndarray:
+        """The nodes of the first bytes of all tokens (where a whole-vocabulary walk starts)."""
+        first = self.child_start[ROOT]
+        return np.arange(first, first + self.num_children[ROOT], dtype=np.int32)
+
+    @functools.cached_property
+    def tokens_by_node(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(token ids sorted by node, first index per node, count per node)."""
         order = np.argsort(self.token_node, kind="stable")
         order = order[self.token_node[order] != ROOT]
@@ -60,7 +66,7 @@ class ByteTrie:
     @functools.cached_property
     def _single_token(self) -> np.ndarray:
         """Per node: the one token spelled exactly by it, -1 when none or several."""
-        order, first, count = self._tokens_by_node
+        order, first, count = self.tokens_by_node
         single = np.full(self.num_nodes, -1, dtype=np.intp)
         ones = np.flatnonzero(count == 1)
         single[ones] = order[first[ones]]
@@ -83,7 +89,7 @@ class ByteTrie:
 
     def tokens_at(self, nodes: np.ndarray) -> np.ndarray:
         """The ids of the tokens spelled exactly by ``nodes`` (several ids may share one)."""
-        order, first, count = self._tokens_by_node
+        order, first, count = self.tokens_by_node
         counts = count[nodes]
         if counts.max(initial=0) <= 1:
             return order[first[nodes[counts == 1]]]

@@ -131,7 +131,6 @@ class CompiledGrammar:
         self._suffix_masks: dict[tuple, np.ndarray] = {}  # (stack suffix, tset, q) -> mask
         self._suffix_depths: dict[tuple, set[int]] = {}  # (top, tset, q) -> suffix lengths
         self._growth = vocab.max_token_bytes + 2  # how much one token may grow the stack
-        self._inside_masks: dict[tuple, np.ndarray] = {}  # walk key -> packed token mask
         self._lock = threading.RLock()
         self._trie = vocab.byte_trie
         self._num_words = num_words(vocab.vocab_size)
@@ -293,29 +292,6 @@ class CompiledGrammar:
         reach.read(low, kept)
         return accepts
 
-    def _inside_mask(self, key: tuple, result: WalkResult) -> np.ndarray:
-        """The packed token mask of the tokens a walk ends inside its lexeme (cached:
-        the same walk serves many parser stacks, each a different mask; a single
-        terminal's whole-vocabulary walk's mask process-wide, like the walk)."""
-        packed = self._inside_masks.get(key)
-        if packed is None:
-            if len(key) == 1 and len(key[0]) == 1:
-                ((terminal, terminal_state),) = key[0]
-                shared = (self.vocab.fingerprint, self.tables.terminal_keys[terminal],
-                          terminal_state)
-                packed = SHARED.packed(shared, lambda: self._pack_inside(result))
-            else:
-                packed = self._pack_inside(result)
-            if len(self._inside_masks) > MAX_CACHED_MASKS:
-                self._inside_masks.clear()
-            self._inside_masks[key] = packed
-        return packed
-
-    def _pack_inside(self, result: WalkResult) -> np.ndarray:
-        packed = self._trie.packed_tokens_at(result.inside, self.vocab.vocab_size)
-        packed.setflags(write=False)
-        return packed
-
     def _root_walk(self, tset: int, q: int, live: tuple) -> WalkResult:
         """A whole-vocabulary walk from lexer state ``q``; from the process-wide store
         when one terminal alone is alive there (the walk is then grammar-independent)."""
@@ -352,7 +328,7 @@ class CompiledGrammar:
             else:
                 result = walk(self._lexers[tset], q, start, self._trie)
             self._walks[key] = result
-        allowed |= self._inside_mask(key, result)
+        allowed |= result.packed
         for terminal, sub_start in result.boundaries.items():
             next_kept = kept
             if terminal in self.tables.ignore:

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.structured.cfg.byte_dfa import DEAD, ByteDFA
+from specdec.structured.native import load_lexer_product
+
+BYTEWISE_MEMBERS = 4  # products of more members are built over byte classes
 
 
 @dataclass
@@ -58,21 +61,48 @@ def build_lexer_dfa(terminals: list[Terminal], members: frozenset[int]) -> Lexer
         return LexerDFA(np.full((1, 256), DEAD, dtype=np.int32),
                         np.full(1, -1, dtype=np.int32), [()])
     order = sorted(members)
-    classes, representatives = _byte_classes([terminals[i].dfa.table for i in order])
-    # per member: next state by byte class, [num_states + 1, classes]; the last row is DEAD's
-    tables = [_with_dead_row(terminals[i].dfa.table[:, representatives]) for i in order]
-    keys, targets = _product_states(tables)
-    keys_array = np.array(keys, dtype=np.int32)
-    winners = np.full(len(keys), -1, dtype=np.int32)
-    best_rank = [None] * len(keys)
-    for j, index in enumerate(order):  # highest rank wins; the first member among equals
-        rank = terminals[index].rank
-        accepting = np.append(terminals[index].dfa.accepting, False)[keys_array[:, j]]
-        for state in np.flatnonzero(accepting).tolist():
-            if best_rank[state] is None or rank > best_rank[state]:
-                winners[state], best_rank[state] = index, rank
-    live = [tuple((order[j], s) for j, s in enumerate(key) if s != DEAD) for key in keys]
-    return LexerDFA(targets[:, classes], winners, live)
+    native = load_lexer_product()
+    if native is not None and len(order) <= BYTEWISE_MEMBERS:
+        keys_array, table = _product_native(native, [terminals[i].dfa.table for i in order])
+    elif native is not None:  # over byte classes: many members share most columns
+        classes, representatives = _byte_classes([terminals[i].dfa.table for i in order])
+        keys_array, targets = _product_native(
+            native, [terminals[i].dfa.table[:, representatives] for i in order])
+        table = targets[:, classes]
+    else:
+        classes, representatives = _byte_classes([terminals[i].dfa.table for i in order])
+        # per member: next state by byte class, [num_states + 1, classes]; last row DEAD's
+        tables = [_with_dead_row(terminals[i].dfa.table[:, representatives]) for i in order]
+        keys, targets = _product_states(tables)
+        keys_array, table = np.array(keys, dtype=np.int32), targets[:, classes]
+    # highest rank wins, the first member among equals
+    winners = np.full(keys_array.shape[0], -1, dtype=np.int32)
+    by_rank = sorted(range(len(order)), key=lambda j: (
+        tuple(-x for x in terminals[order[j]].rank), j))
+    for j in by_rank:
+        accepting = np.append(terminals[order[j]].dfa.accepting, False)[keys_array[:, j]]
+        winners[accepting & (winners < 0)] = order[j]
+    live = [tuple((order[j], s) for j, s in enumerate(key) if s != DEAD)
+            for key in keys_array.tolist()]
+    return LexerDFA(np.ascontiguousarray(table, dtype=np.int32), winners, live)
+
+
+def _product_native(native, tables: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The product in C (native/lexer_product.c): (member states [n, k], table [n, 256])."""
+    stacked = np.ascontiguousarray(np.concatenate(tables), dtype=np.int32)
+    columns = stacked.shape[1]
+    offsets = np.cumsum([0] + [t.shape[0] for t in tables[:-1]], dtype=np.int64)
+    k = len(tables)
+    capacity = 64
+    while True:
+        keys = np.empty((capacity, k), dtype=np.int32)
+        out = np.empty((capacity, columns), dtype=np.int32)
+        slots = np.zeros(4 * capacity, dtype=np.int32)  # a power of two >= 2 * capacity
+        count = native(stacked.ctypes.data, offsets.ctypes.data, k, columns, keys.ctypes.data,
+                       out.ctypes.data, capacity, slots.ctypes.data, slots.shape[0])
+        if count >= 0:
+            return keys[:count], out[:count]
+        capacity *= 4
 
 
 def _product_states(tables: list[np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray]:

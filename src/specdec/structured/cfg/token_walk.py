@@ -6,7 +6,7 @@ lexer rejects. Starting from lexer state ``q`` (a partial lexeme), every token e
 one of three ways:
 
 * **inside**: all its bytes extend the lexeme; whether it is allowed depends on the
-  lexer state only, never on the parser stack;
+  lexer state only, never on the parser stack (kept as a packed token mask);
 * **boundary**: at some byte the lexeme cannot grow, its state has a winning terminal
   ``T``, so the lexeme closes as ``T`` and that byte starts a new lexeme; only here
   is the parser consulted (once per ``T``, for all such tokens together);
@@ -22,30 +22,29 @@ A walk's result does not depend on the parser stack, so it is cached per lexer s
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.structured.byte_trie import ROOT, ByteTrie
+from specdec.structured.byte_trie import ByteTrie
 from specdec.structured.cfg.lexer import LexerDFA
-from specdec.structured.native import load_trie_walk
+from specdec.structured.native import Scratch, Trie, load_trie_walk
 
 
 @dataclass
 class WalkResult:
-    inside: np.ndarray  # intp trie nodes of tokens that end inside the lexeme
-    boundaries: dict[int, np.ndarray]  # terminal -> intp trie nodes starting the next lexeme
+    packed: np.ndarray  # int32 [words], read-only: the tokens that end inside the lexeme
+    boundaries: dict[int, np.ndarray]  # terminal -> int32 trie nodes starting the next lexeme
 
-    def __getstate__(self) -> tuple:  # pickled for the compile cache at half the size
-        return (self.inside.astype(np.int32),
-                {t: nodes.astype(np.int32) for t, nodes in self.boundaries.items()})
+    def __getstate__(self) -> tuple:  # pickled for the compile cache
+        return (self.packed, {t: nodes.astype(np.int32) for t, nodes in self.boundaries.items()})
 
     def __setstate__(self, state: tuple) -> None:
-        inside, boundaries = state
-        self.inside = inside.astype(np.intp)
-        self.boundaries = {t: nodes.astype(np.intp) for t, nodes in boundaries.items()}
+        self.packed, self.boundaries = state
+        self.packed.setflags(write=False)
 
 
 def walk(dfa: LexerDFA, start_state: int, nodes: np.ndarray, trie: ByteTrie) -> WalkResult:
@@ -83,28 +82,30 @@ class _ByIdentity:
 
 
 class _NativeWalker:
-    """The C walk bound to one trie: its arrays' addresses, and scratch buffers per thread."""
+    """The C walk bound to one trie: its int32 arrays, and scratch buffers per thread."""
 
     def __init__(self, native, trie: ByteTrie):
         self.native = native
         self.size = trie.num_nodes
-        self.arrays = (np.ascontiguousarray(trie.byte, dtype=np.int64),
-                       np.ascontiguousarray(trie.child_start, dtype=np.int64),
-                       np.ascontiguousarray(trie.num_children, dtype=np.int64),
-                       np.ascontiguousarray(trie.is_token).view(np.uint8))
-        self.addresses = tuple(a.ctypes.data for a in self.arrays)
+        self.words = (trie.token_node.shape[0] + 31) // 32
+        order, first, count = trie.tokens_by_node
+        self.arrays = [np.ascontiguousarray(a, dtype=np.int32) for a in (
+            trie.byte, trie.child_start, trie.num_children, first, count, order)]
+        self.trie = Trie(*(a.ctypes.data for a in self.arrays))
+        self.trie_address = ctypes.addressof(self.trie)
         self.local = threading.local()
         self.dfa_addresses = _ByIdentity()
 
-    def _scratch(self, capacity: int):
+    def _scratch(self, capacity: int) -> tuple:
+        """This thread's scratch of at least ``capacity``: (capacity, buffers, struct,
+        the struct's address)."""
         scratch = getattr(self.local, "scratch", None)
         if scratch is None or scratch[0] < capacity:
-            arrays = (np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64),
-                      np.empty(capacity, dtype=np.int32), np.empty(capacity, dtype=np.int64),
-                      np.empty(capacity, dtype=np.int32), np.zeros(2, dtype=np.int64))
-            scratch = self.local.scratch = (capacity, arrays,
-                                            tuple(a.ctypes.data for a in arrays))
-        return scratch[1], scratch[2]
+            capacity = max(capacity, 2 * self.size)
+            arrays = [np.empty(capacity, dtype=np.int32) for _ in range(4)]
+            struct = Scratch(*(a.ctypes.data for a in arrays), capacity, 0)
+            scratch = self.local.scratch = (capacity, arrays, struct, ctypes.addressof(struct))
+        return scratch
 
     def walk(self, dfa: LexerDFA, start_state: int, nodes: np.ndarray) -> WalkResult:
         tables = self.dfa_addresses.get(dfa)
@@ -113,20 +114,20 @@ class _NativeWalker:
                     np.ascontiguousarray(dfa.winner, dtype=np.int32))
             tables = self.dfa_addresses.put(dfa, (kept, kept[0].ctypes.data,
                                                   kept[1].ctypes.data))
-        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
-        capacity = self.size + nodes.shape[0]
-        arrays, address = self._scratch(capacity)
-        inside, ends, closing, _, _, counts = arrays
-        status = self.native(tables[1], tables[2], *self.addresses, nodes.ctypes.data,
-                             nodes.shape[0], start_state, address[0], address[5], address[1],
-                             address[2], address[5] + 8, address[3], address[4], capacity)
+        nodes = np.ascontiguousarray(nodes, dtype=np.int32)
+        _, (boundary_nodes, closing, _, _), struct, address = self._scratch(
+            self.size + nodes.shape[0])
+        packed = np.zeros(self.words, dtype=np.int32)
+        status = self.native(tables[1], tables[2], self.trie_address, address,
+                             nodes.ctypes.data, nodes.shape[0], start_state, packed.ctypes.data)
         if status != 0:
             raise RuntimeError("trie walk stack overflow")
-        num_inside, num_boundaries = int(counts[0]), int(counts[1])
-        groups = _by_terminal(closing[:num_boundaries], ends[:num_boundaries]) \
-            if num_boundaries else []
-        return WalkResult(inside[:num_inside].astype(np.intp),
-                          {t: group.astype(np.intp) for t, group in groups})
+        packed.setflags(write=False)
+        num_boundaries = struct.num_boundaries
+        if not num_boundaries:
+            return WalkResult(packed, {})
+        return WalkResult(packed, dict(_by_terminal(closing[:num_boundaries],
+                                                    boundary_nodes[:num_boundaries].copy())))
 
 
 _walkers = _ByIdentity()
@@ -135,6 +136,7 @@ _walkers = _ByIdentity()
 def walk_numpy(dfa: LexerDFA, start_state: int, nodes: np.ndarray,
                trie: ByteTrie) -> WalkResult:
     """:func:`walk` breadth first in numpy, one trie depth per iteration."""
+    nodes = nodes.astype(np.intp)
     table = dfa.table.astype(np.intp).ravel()  # flat: [state * 256 + byte]
     winner = dfa.winner
     inside: list[np.ndarray] = []
@@ -152,15 +154,15 @@ def walk_numpy(dfa: LexerDFA, start_state: int, nodes: np.ndarray,
         inside.append(nodes[trie.is_token[nodes]])
         nodes, parent_index = trie.children(nodes)
         rows = nxt[parent_index] * 256
-    boundaries = {t: np.concatenate(parts) for t, parts in ends.items()}
-    return WalkResult(np.concatenate(inside), boundaries)
+    boundaries = {t: np.concatenate(parts).astype(np.int32) for t, parts in ends.items()}
+    packed = trie.packed_tokens_at(np.concatenate(inside), trie.token_node.shape[0])
+    packed.setflags(write=False)
+    return WalkResult(packed, boundaries)
 
 
 def walk_from_root(dfa: LexerDFA, start_state: int, trie: ByteTrie) -> WalkResult:
     """:func:`walk` over every token of the vocabulary."""
-    first = trie.child_start[ROOT]
-    top = np.arange(first, first + trie.num_children[ROOT])
-    return walk(dfa, start_state, top, trie)
+    return walk(dfa, start_state, trie.root_children, trie)
 
 
 def _by_terminal(closing: np.ndarray, nodes: np.ndarray) -> list[tuple[int, np.ndarray]]:

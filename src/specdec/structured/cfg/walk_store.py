@@ -40,7 +40,6 @@ class WalkStore:
         self.max_bytes = max_bytes
         self.nbytes = 0
         self._entries: OrderedDict[Key, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
-        self._packed: dict[Key, np.ndarray] = {}  # packed inside masks of stored walks
         self._lock = threading.Lock()
 
     def get(self, key: Key, terminal: int) -> WalkResult | None:
@@ -49,39 +48,24 @@ class WalkStore:
             if entry is None:
                 return None
             self._entries.move_to_end(key)
-        inside, closing = entry
-        return WalkResult(inside, {} if closing is None else {terminal: closing})
+        packed, closing = entry
+        return WalkResult(packed, {} if closing is None else {terminal: closing})
 
     def put(self, key: Key, result: WalkResult) -> None:
         (closing,) = result.boundaries.values() or (None,)
-        size = result.inside.nbytes + (0 if closing is None else closing.nbytes)
+        size = result.packed.nbytes + (0 if closing is None else closing.nbytes)
         with self._lock:
             if key in self._entries or size > self.max_bytes:
                 return
-            self._entries[key] = (result.inside, closing)
+            self._entries[key] = (result.packed, closing)
             self.nbytes += size
             while self.nbytes > self.max_bytes:
-                old_key, (inside, old) = self._entries.popitem(last=False)
-                self.nbytes -= inside.nbytes + (0 if old is None else old.nbytes)
-                self._packed.pop(old_key, None)
-
-    def packed(self, key: Key, compute) -> np.ndarray:
-        """The packed token mask of the walk's inside tokens (``compute()`` once per key:
-        grammar-independent like the walk, so no grammar repeats the whole-vocabulary
-        packing of a JSON string's interior)."""
-        with self._lock:
-            mask = self._packed.get(key)
-        if mask is None:
-            mask = compute()
-            with self._lock:
-                if key in self._entries:  # kept only while its walk is
-                    self._packed[key] = mask
-        return mask
+                _, (packed, old) = self._entries.popitem(last=False)
+                self.nbytes -= packed.nbytes + (0 if old is None else old.nbytes)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._packed.clear()
             self.nbytes = 0
 
 
