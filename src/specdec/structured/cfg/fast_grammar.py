@@ -1,15 +1,16 @@
-"""The LALR table of a plain Lark grammar without lark's grammar loader.
+"""The LALR table of a plain Lark grammar without lark's grammar loader or analyser.
 
 Loading a grammar through ``lark.Lark`` costs ~10 ms for a typical JSON-schema grammar,
-most of it lark parsing the grammar text with its own parser and rewriting the trees;
-the LALR analysis itself is a fifth of it. JSON-schema grammars use a small subset of
-Lark: ``rule: alternatives`` with names, terminal names, ``"strings"``, ``( )``, ``[ ]``,
-``*``, ``+``, ``?``, and ``NAME: /regex/flags`` or ``NAME: "string"`` terminals. For
-that subset this module reads the text directly and rewrites EBNF to BNF the way lark's
-``EBNF_to_BNF`` does (the same helper rules, so the same LR automaton), then runs lark's
-own ``LALR_Analyzer``. Anything outside the subset (directives, templates, aliases,
-priorities, rule modifiers, comments, errors of any kind) returns None, and the caller
-loads the grammar through lark, which also words the errors.
+most of it lark parsing the grammar text with its own parser and rewriting the trees.
+JSON-schema grammars use a small subset of Lark: ``rule: alternatives`` with names,
+terminal names, ``"strings"``, ``( )``, ``[ ]``, ``*``, ``+``, ``?``, and
+``NAME: /regex/flags`` or ``NAME: "string"`` terminals. For that subset this module
+reads the text directly and rewrites EBNF to BNF the way lark's ``EBNF_to_BNF`` does
+(the same helper rules, so the same LR automaton), then builds the table with
+:mod:`.lalr_build` (lark's ``LALR_Analyzer``'s automaton, several times faster).
+Anything outside the subset (directives, templates, aliases, priorities, rule
+modifiers, comments, reduce/reduce conflicts, errors of any kind) returns None, and
+the caller loads the grammar through lark, which also words the errors.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import re
 from dataclasses import dataclass
 from itertools import product
 
-from lark.common import ParserConf
 from lark.exceptions import LarkError
-from lark.grammar import NonTerminal, Rule, Terminal
 from lark.lexer import Pattern, PatternStr, Token
 from lark.load_grammar import _TERMINAL_NAMES, _literal_to_pattern
-from lark.parsers.lalr_analysis import LALR_Analyzer
 from lark.utils import is_id_continue, is_id_start
+
+from specdec.structured.cfg.lalr import ParseRows
+from specdec.structured.cfg.lalr_build import ReduceConflict, build_lalr
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\f\r]+)
@@ -46,7 +47,7 @@ class _Unsupported(Exception):
 @dataclass
 class FastGrammar:
     terminals: list[tuple[str, Pattern]]  # (name, pattern) in lark's order, used ones only
-    parse_table: object  # lark's ParseTable
+    parse_table: ParseRows
 
 
 def fast_grammar(text: str, start: str = "start") -> FastGrammar | None:
@@ -257,11 +258,13 @@ def _compile(rules: dict[str, Alts], terms: dict[str, tuple], start: str) -> Fas
                 raise _Unsupported  # undefined symbol: lark says which
     compiled = _used_rules(builder.rules, start)
     used_terms = {name for _, expansion in compiled for kind, name in expansion if kind == "T"}
-    lark_rules = _lark_rules(compiled)
-    analysis = LALR_Analyzer(ParserConf(lark_rules, {}, [start]), debug=False, strict=False)
-    analysis.compute_lalr()
+    try:
+        table = build_lalr([(origin, tuple(name for _, name in expansion))
+                            for origin, expansion in compiled], start)
+    except ReduceConflict:
+        raise _Unsupported from None  # lark words the error
     terminals = [(name, p) for name, p in builder.terminals if name in used_terms]
-    return FastGrammar(terminals, analysis.parse_table)
+    return FastGrammar(terminals, table)
 
 
 def _used_rules(rules: list, start: str) -> list:
@@ -273,22 +276,3 @@ def _used_rules(rules: list, start: str) -> list:
         if len(kept) == len(rules):
             return kept
         rules = kept
-
-
-def _lark_rules(rules: list) -> list[Rule]:
-    symbols: dict[tuple[str, str], object] = {}
-
-    def symbol(kind: str, name: str):
-        key = (kind, name)
-        found = symbols.get(key)
-        if found is None:
-            found = symbols[key] = Terminal(name, filter_out=False) if kind == "T" \
-                else NonTerminal(name)
-        return found
-
-    order: dict[str, int] = {}
-    out = []
-    for origin, expansion in rules:
-        index = order[origin] = order.get(origin, -1) + 1
-        out.append(Rule(symbol("N", origin), [symbol(k, n) for k, n in expansion], index))
-    return out

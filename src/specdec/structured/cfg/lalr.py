@@ -7,6 +7,8 @@ loop is lark's ``ParserState.feed_token``: reduce while the table says so, then 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from lark.parsers.lalr_analysis import Shift
 
 Stack = tuple[int, ...]
@@ -14,24 +16,27 @@ END = "$END"
 MAX_STACK_DEPTH = 1000  # deeper nesting is rejected (bounds memory and time per token)
 
 
+@dataclass
+class ParseRows:
+    """An LALR table in :class:`LALRTable`'s own form, one row per state."""
+
+    # terminal -> (True, next state) to shift | (False, (rule length, rule origin)) to reduce
+    actions: list[dict[str, tuple[bool, object]]]
+    gotos: list[dict[str, int]]  # nonterminal -> state
+    start_state: int
+    end_state: int
+
+
 class LALRTable:
     def __init__(self, parse_table, start: str = "start"):
-        self.actions: dict[int, dict[str, tuple[bool, object]]] = {}
-        self.gotos: dict[int, dict[str, int]] = {}
-        for state, row in parse_table.states.items():
-            acts, gotos = {}, {}
-            for symbol, (action, arg) in row.items():
-                if symbol.isupper() or symbol == END:  # lark: terminals are upper case
-                    if action is Shift:
-                        acts[symbol] = (True, arg)
-                    else:
-                        acts[symbol] = (False, (len(arg.expansion), arg.origin.name))
-                else:
-                    gotos[symbol] = arg
-            self.actions[state] = acts
-            self.gotos[state] = gotos
-        self.start_stack: Stack = (parse_table.start_states[start],)
-        self.end_state = parse_table.end_states[start]
+        """``parse_table``: lark's (read for ``start``) or :mod:`.lalr_build`'s ``ParseRows``."""
+        if not hasattr(parse_table, "gotos"):
+            parse_table = _from_lark(parse_table, start)
+        self.actions: dict[int, dict[str, tuple[bool, object]]] = dict(
+            enumerate(parse_table.actions))
+        self.gotos: dict[int, dict[str, int]] = dict(enumerate(parse_table.gotos))
+        self.start_stack: Stack = (parse_table.start_state,)
+        self.end_state = parse_table.end_state
         self._acceptable: dict[Stack, tuple[frozenset[str], int]] = {}
 
     def feed(self, stack: Stack, terminal: str) -> Stack | None:
@@ -90,3 +95,20 @@ class LALRTable:
                         names.append(t)
             found = self._acceptable[stack] = (frozenset(names), low)
         return found
+
+
+def _from_lark(parse_table, start: str):
+    """lark's parse table as ``ParseRows`` (reduce: the rule's length and origin)."""
+    actions, gotos = [], []
+    for state in range(len(parse_table.states)):
+        acts, goto = {}, {}
+        for symbol, (action, arg) in parse_table.states[state].items():
+            if symbol.isupper() or symbol == END:  # lark: terminals are upper case
+                acts[symbol] = (True, arg) if action is Shift else \
+                    (False, (len(arg.expansion), arg.origin.name))
+            else:
+                goto[symbol] = arg
+        actions.append(acts)
+        gotos.append(goto)
+    return ParseRows(actions, gotos, parse_table.start_states[start],
+                     parse_table.end_states[start])
