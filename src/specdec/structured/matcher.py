@@ -9,6 +9,7 @@ exactly these verbs: check drafts without committing (``validate_tokens`` or a
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -70,7 +71,10 @@ class Matcher(ABC):
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
         """Write the allowed-token mask into row ``index`` of an int32 bitmask. No mutation."""
         mask = self.allowed_mask()
-        target = bitmask[index].numpy()  # a CPU view: one memcpy, no tensor allocation
+        target = _numpy_view(bitmask)[index]  # a CPU view: one memcpy, no tensor allocation
+        if target.shape[0] == mask.shape[0]:
+            np.copyto(target, mask)
+            return
         n = min(target.shape[0], mask.shape[0])
         target[:n] = mask[:n]
         target[n:] = 0
@@ -99,6 +103,22 @@ class Matcher(ABC):
             if not self.accept_token(tok):
                 return n
         return len(token_ids)
+
+
+_last_view: tuple = (None, 0, None, None)  # (weak ref to a bitmask, data_ptr, shape, view)
+
+
+def _numpy_view(bitmask: torch.Tensor) -> np.ndarray:
+    """``bitmask.numpy()``, kept for the last bitmask seen while its storage and shape
+    are unchanged (every step of a decode loop fills the same one, and ``.numpy()``
+    costs more than copying a mask)."""
+    global _last_view
+    ref, address, shape, view = _last_view
+    if (ref is None or ref() is not bitmask or bitmask.data_ptr() != address
+            or bitmask.shape != shape):
+        view = bitmask.numpy()
+        _last_view = (weakref.ref(bitmask), bitmask.data_ptr(), bitmask.shape, view)
+    return view
 
 
 class StateStackMatcher(Matcher):

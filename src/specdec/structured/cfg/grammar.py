@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ from lark.lexer import Lexer, Pattern, PatternStr
 from specdec.structured.bitmask import num_words, pack_token_ids
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
 from specdec.structured.cfg.fast_grammar import fast_grammar as read_plain_grammar
-from specdec.structured.cfg.lalr import MAX_STACK_DEPTH, LALRTable, Stack
+from specdec.structured.cfg.lalr import END, MAX_STACK_DEPTH, LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
 from specdec.structured.cfg.prewalk import prewalk
 from specdec.structured.cfg.token_walk import WalkResult, walk, walk_from_root
@@ -38,6 +39,7 @@ MAX_CACHED_MASKS = 200_000
 BASIC_LEXER_DIRECTIVE = "// specdec-lexer: basic"
 DEAR_FANOUT = 64  # a lexer state this many bytes continue walks most of the vocabulary
 DEAR_STATES_PER_TERMINAL = 32  # walked at compile time; deeper ones (long counted strings) lazily
+CHEAP_WALKS_S = 0.003  # the time a compile spends at most on cheap single-terminal walks
 
 
 class _TablesOnly(Lexer):
@@ -149,9 +151,40 @@ class CompiledGrammar:
 
     def warm_up(self) -> None:
         """Do now, off the engine thread, what the first masks would otherwise pay: the
-        dear single-terminal walks the process-wide store lacks, and the first mask."""
+        single-terminal walks the process-wide store lacks, the lexer contexts, and the
+        first mask."""
         self.warm_shared_walks()
+        self.warm_cheap_walks()
+        self.warm_contexts()
         self.mask_for(self.initial_state)
+
+    def warm_contexts(self) -> None:
+        """Build the lexer context of every LALR state's terminals: what a stack with
+        that state on top lexes (unless a reduce fails deeper; that context is then
+        built on first use). Most are one terminal, so this costs little."""
+        if self.tables.basic_lexer:
+            return
+        index, ignore = self.tables.index, self.tables.ignore
+        for actions in self.lalr.actions.values():
+            self._tset_id(frozenset(index[t] for t in actions if t != END) | ignore)
+
+    def warm_cheap_walks(self, budget_s: float = CHEAP_WALKS_S) -> None:
+        """Walk the cheap single-terminal states (inside a literal, a number, a
+        punctuation mark: few tokens continue) into the shared store, for at most
+        ``budget_s`` seconds, so the first visit to them is a dictionary hit."""
+        deadline = time.perf_counter() + budget_s
+        for index, terminal in enumerate(self.tables.terminals):
+            table = terminal.dfa.table
+            cheap = np.flatnonzero((table >= 0).sum(axis=1) < DEAR_FANOUT)
+            lexer = None
+            for q in cheap[cheap > 0].tolist():
+                key = (self.vocab.fingerprint, self.tables.terminal_keys[index], q)
+                if SHARED.contains(key):
+                    continue
+                if time.perf_counter() > deadline:
+                    return
+                lexer = lexer or build_lexer_dfa(self.tables.terminals, frozenset([index]))
+                SHARED.put(key, walk_from_root(lexer, q, self._trie))
 
     def warm_shared_walks(self, per_terminal: int = DEAR_STATES_PER_TERMINAL) -> None:
         """Walk the dear single-terminal states (inside a string: nearly every byte
@@ -180,15 +213,22 @@ class CompiledGrammar:
             else:
                 names, low = self.lalr.acceptable_low(stack)
                 members = frozenset(index[t] for t in names) | self.tables.ignore
+            tset = self._tset_id(members)
+            if len(self._stack_tset) > MAX_CACHED_MASKS:
+                self._stack_tset.clear()
+            found = self._stack_tset[stack] = (tset, low)
+        return found
+
+    def _tset_id(self, members: frozenset[int]) -> int:
+        """The lexer context lexing ``members`` (built on first use)."""
+        tset = self._tset_ids.get(members)
+        if tset is None:
             with self._lock:
                 tset = self._tset_ids.get(members)
                 if tset is None:
                     self._lexers.append(build_lexer_dfa(self.tables.terminals, members))
                     tset = self._tset_ids[members] = len(self._lexers) - 1
-            if len(self._stack_tset) > MAX_CACHED_MASKS:
-                self._stack_tset.clear()
-            found = self._stack_tset[stack] = (tset, low)
-        return found
+        return tset
 
     def close_lexeme(self, stack: Stack, tset: int, q: int) -> Stack | None:
         """The stack after the lexeme in state ``q`` closes (None: no terminal / parse error)."""

@@ -13,6 +13,7 @@ lexer state is one integer per terminal set.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,13 @@ class LexerDFA:
     @property
     def num_states(self) -> int:
         return self.table.shape[0]
+
+    @functools.cached_property
+    def native_tables(self) -> tuple[int, int]:
+        """The addresses of ``table`` and ``winner`` as C int32 arrays (for native/)."""
+        self.table = np.ascontiguousarray(self.table, dtype=np.int32)
+        self.winner = np.ascontiguousarray(self.winner, dtype=np.int32)
+        return self.table.ctypes.data, self.winner.ctypes.data
 
 
 def build_lexer_dfa(terminals: list[Terminal], members: frozenset[int]) -> LexerDFA:

@@ -94,7 +94,6 @@ class _NativeWalker:
         self.trie = Trie(*(a.ctypes.data for a in self.arrays))
         self.trie_address = ctypes.addressof(self.trie)
         self.local = threading.local()
-        self.dfa_addresses = _ByIdentity()
 
     def _scratch(self, capacity: int) -> tuple:
         """This thread's scratch of at least ``capacity``: (capacity, buffers, struct,
@@ -103,22 +102,17 @@ class _NativeWalker:
         if scratch is None or scratch[0] < capacity:
             capacity = max(capacity, 2 * self.size)
             arrays = [np.empty(capacity, dtype=np.int32) for _ in range(4)]
-            struct = Scratch(*(a.ctypes.data for a in arrays), capacity, 0)
+            struct = Scratch(*(a.ctypes.data for a in arrays), capacity)
             scratch = self.local.scratch = (capacity, arrays, struct, ctypes.addressof(struct))
         return scratch
 
     def walk(self, dfa: LexerDFA, start_state: int, nodes: np.ndarray) -> WalkResult:
-        tables = self.dfa_addresses.get(dfa)
-        if tables is None:
-            kept = (np.ascontiguousarray(dfa.table, dtype=np.int32),
-                    np.ascontiguousarray(dfa.winner, dtype=np.int32))
-            tables = self.dfa_addresses.put(dfa, (kept, kept[0].ctypes.data,
-                                                  kept[1].ctypes.data))
+        table, winner = dfa.native_tables
         nodes = np.ascontiguousarray(nodes, dtype=np.int32)
         _, (boundary_nodes, closing, _, _), struct, address = self._scratch(
             self.size + nodes.shape[0])
         packed = np.zeros(self.words, dtype=np.int32)
-        status = self.native(tables[1], tables[2], self.trie_address, address,
+        status = self.native(table, winner, self.trie_address, address,
                              nodes.ctypes.data, nodes.shape[0], start_state, packed.ctypes.data)
         if status != 0:
             raise RuntimeError("trie walk stack overflow")
@@ -126,8 +120,10 @@ class _NativeWalker:
         num_boundaries = struct.num_boundaries
         if not num_boundaries:
             return WalkResult(packed, {})
-        return WalkResult(packed, dict(_by_terminal(closing[:num_boundaries],
-                                                    boundary_nodes[:num_boundaries].copy())))
+        ends = boundary_nodes[:num_boundaries].copy()
+        if struct.closing_low == struct.closing_high:
+            return WalkResult(packed, {struct.closing_low: ends})
+        return WalkResult(packed, dict(_by_terminal(closing[:num_boundaries], ends)))
 
 
 _walkers = _ByIdentity()

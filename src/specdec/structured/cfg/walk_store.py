@@ -51,6 +51,9 @@ class WalkStore:
         packed, closing = entry
         return WalkResult(packed, {} if closing is None else {terminal: closing})
 
+    def contains(self, key: Key) -> bool:
+        return key in self._entries
+
     def put(self, key: Key, result: WalkResult) -> None:
         (closing,) = result.boundaries.values() or (None,)
         size = result.packed.nbytes + (0 if closing is None else closing.nbytes)

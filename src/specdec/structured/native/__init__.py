@@ -32,7 +32,8 @@ class Scratch(ctypes.Structure):
 
     _fields_ = [(name, _P) for name in ("boundary_nodes", "boundary_terminals",
                                         "stack_nodes", "stack_states")] + \
-        [("capacity", ctypes.c_int64), ("num_boundaries", ctypes.c_int64)]
+        [("capacity", ctypes.c_int64), ("num_boundaries", ctypes.c_int64),
+         ("closing_low", ctypes.c_int32), ("closing_high", ctypes.c_int32)]
 
 
 @functools.cache

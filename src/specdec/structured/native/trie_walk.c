@@ -15,12 +15,14 @@ struct trie {  /* the flat trie of byte_trie.py, int32 */
 struct scratch {  /* caller buffers of `capacity` entries each */
     int32_t *boundary_nodes, *boundary_terminals, *stack_nodes, *stack_states;
     int64_t capacity, num_boundaries;
+    int32_t closing_low, closing_high;  /* the least and greatest boundary terminal */
 };
 
 int64_t trie_walk(const int32_t *table, const int32_t *winner, const struct trie *t,
                   struct scratch *s, const int32_t *start_nodes, int64_t num_start,
                   int32_t start_state, uint32_t *inside_mask) {
     int64_t top = 0, n_bound = 0;
+    int32_t low = INT32_MAX, high = -1;
     if (num_start > s->capacity) return -1;
     for (int64_t i = num_start - 1; i >= 0; --i) {
         s->stack_nodes[top] = start_nodes[i];
@@ -38,6 +40,8 @@ int64_t trie_walk(const int32_t *table, const int32_t *winner, const struct trie
                 s->boundary_nodes[n_bound] = node;
                 s->boundary_terminals[n_bound] = closing;
                 ++n_bound;
+                if (closing < low) low = closing;
+                if (closing > high) high = closing;
             }
             continue;
         }
@@ -55,5 +59,7 @@ int64_t trie_walk(const int32_t *table, const int32_t *winner, const struct trie
         }
     }
     s->num_boundaries = n_bound;
+    s->closing_low = low;
+    s->closing_high = high;
     return 0;
 }
