@@ -46,17 +46,23 @@ def _utf8_length(lead: int) -> int:
 def regex_to_byte_dfa(pattern: str) -> ByteDFA:
     """Compile ``pattern`` (Python regex syntax, as lark writes it) to a :class:`ByteDFA`.
 
-    Memoised (JSON-schema grammars share most terminals): the result is shared, so
-    never mutate its arrays.
+    Counted repetitions are composed (:mod:`.counted`), plain patterns built directly
+    (:mod:`.regex_dfa`), anything else through interegular. Memoised (JSON-schema
+    grammars share most terminals): the result is shared, so never mutate its arrays.
 
     Raises ``ValueError`` when the pattern is not a regular language (lookarounds,
     backreferences) or interegular cannot parse it.
     """
     from specdec.structured.cfg.counted import NotComposable, composed_dfa
+    from specdec.structured.cfg.regex_dfa import Unsupported, plain_regex_dfa
 
     try:
         return composed_dfa(pattern, regex_to_byte_dfa)
     except NotComposable:
+        pass
+    try:
+        return plain_regex_dfa(pattern)
+    except Unsupported:
         return _general_dfa(pattern)
 
 
