@@ -29,6 +29,7 @@ from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
 from specdec.structured.cfg.prewalk import prewalk
 from specdec.structured.cfg.token_walk import WalkResult, walk, walk_from_root
 from specdec.structured.cfg.walk_store import SHARED, dfa_fingerprint
+from specdec.structured.cfg.warm_up import DEAR_FANOUT, warm_up
 from specdec.structured.errors import ConstraintError
 from specdec.structured.matcher import StateStackMatcher
 from specdec.structured.vocabulary import TokenVocabulary
@@ -37,9 +38,8 @@ State = tuple[Stack, int, int]  # (parser stack, terminal-set id, lexer DFA stat
 FINISHED = -2  # lexer-state value after EOS was accepted
 MAX_CACHED_MASKS = 200_000
 BASIC_LEXER_DIRECTIVE = "// specdec-lexer: basic"
-DEAR_FANOUT = 64  # a lexer state this many bytes continue walks most of the vocabulary
 DEAR_STATES_PER_TERMINAL = 32  # walked at compile time; deeper ones (long counted strings) lazily
-CHEAP_WALKS_S = 0.003  # the time a compile spends at most on cheap single-terminal walks
+WARM_UP_S = 0.004  # the time a compile spends at most on the walks of :mod:`.warm_up`
 
 
 class _TablesOnly(Lexer):
@@ -150,41 +150,20 @@ class CompiledGrammar:
         return walks
 
     def warm_up(self) -> None:
-        """Do now, off the engine thread, what the first masks would otherwise pay: the
-        single-terminal walks the process-wide store lacks, the lexer contexts, and the
-        first mask."""
+        """Do now, off the engine thread, what the first masks would otherwise pay (see
+        :mod:`.warm_up`), and the first mask."""
         self.warm_shared_walks()
-        self.warm_cheap_walks()
-        self.warm_contexts()
+        warm_up(self, time.perf_counter() + WARM_UP_S)
         self.mask_for(self.initial_state)
 
-    def warm_contexts(self) -> None:
-        """Build the lexer context of every LALR state's terminals: what a stack with
-        that state on top lexes (unless a reduce fails deeper; that context is then
-        built on first use). Most are one terminal, so this costs little."""
+    def state_context(self, lalr_state: int) -> int:
+        """The lexer context of the terminals ``lalr_state`` has actions for: what a
+        stack with it on top lexes, unless a reduce fails deeper."""
+        index = self.tables.index
         if self.tables.basic_lexer:
-            return
-        index, ignore = self.tables.index, self.tables.ignore
-        for actions in self.lalr.actions.values():
-            self._tset_id(frozenset(index[t] for t in actions if t != END) | ignore)
-
-    def warm_cheap_walks(self, budget_s: float = CHEAP_WALKS_S) -> None:
-        """Walk the cheap single-terminal states (inside a literal, a number, a
-        punctuation mark: few tokens continue) into the shared store, for at most
-        ``budget_s`` seconds, so the first visit to them is a dictionary hit."""
-        deadline = time.perf_counter() + budget_s
-        for index, terminal in enumerate(self.tables.terminals):
-            table = terminal.dfa.table
-            cheap = np.flatnonzero((table >= 0).sum(axis=1) < DEAR_FANOUT)
-            lexer = None
-            for q in cheap[cheap > 0].tolist():
-                key = (self.vocab.fingerprint, self.tables.terminal_keys[index], q)
-                if SHARED.contains(key):
-                    continue
-                if time.perf_counter() > deadline:
-                    return
-                lexer = lexer or build_lexer_dfa(self.tables.terminals, frozenset([index]))
-                SHARED.put(key, walk_from_root(lexer, q, self._trie))
+            return self.initial_state[1]
+        return self._tset_id(frozenset(index[t] for t in self.lalr.actions[lalr_state]
+                                       if t != END) | self.tables.ignore)
 
     def warm_shared_walks(self, per_terminal: int = DEAR_STATES_PER_TERMINAL) -> None:
         """Walk the dear single-terminal states (inside a string: nearly every byte
@@ -218,6 +197,9 @@ class CompiledGrammar:
                 self._stack_tset.clear()
             found = self._stack_tset[stack] = (tset, low)
         return found
+
+    def lexer(self, tset: int) -> LexerDFA:
+        return self._lexers[tset]
 
     def _tset_id(self, members: frozenset[int]) -> int:
         """The lexer context lexing ``members`` (built on first use)."""
@@ -351,6 +333,18 @@ class CompiledGrammar:
             SHARED.put(key, result)
         return result
 
+    def walk_at(self, key: tuple, tset: int, q: int, start: np.ndarray | None) -> WalkResult:
+        """The walk of ``key`` (see :meth:`_collect`) from state ``q`` of lexer context
+        ``tset``, over ``start`` (None: the whole vocabulary); cached."""
+        result = self._walks.get(key)
+        if result is None:
+            if start is None:
+                result = self._root_walk(tset, q, key[0])
+            else:
+                result = walk(self._lexers[tset], q, start, self._trie)
+            self._walks[key] = result
+        return result
+
     def _collect(self, stack: Stack, tset: int, q: int, key: tuple, start: np.ndarray | None,
                  allowed: np.ndarray, kept: int, reach: _Reach) -> None:
         """Set in ``allowed`` (a packed token mask) the tokens that the state accepts.
@@ -361,13 +355,7 @@ class CompiledGrammar:
         the bottom of ``stack`` are the mask's own stack's; ``reach`` records how deep
         into those the parser reads.
         """
-        result = self._walks.get(key)
-        if result is None:
-            if start is None:
-                result = self._root_walk(tset, q, key[0])
-            else:
-                result = walk(self._lexers[tset], q, start, self._trie)
-            self._walks[key] = result
+        result = self.walk_at(key, tset, q, start)
         allowed |= result.packed
         for terminal, sub_start in result.boundaries.items():
             next_kept = kept
