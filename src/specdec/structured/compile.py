@@ -177,10 +177,22 @@ def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
 def _grammar_tables(text: str, use_disk_cache: bool) -> tuple[GrammarTables, int]:
     from specdec.structured.spec import ConstraintSpec, grammars_dir
 
-    path = _cache_path(ConstraintSpec("grammar", text, "").key, "tables")
-    return _cached_artifact(
-        path, use_disk_cache, lambda: GrammarTables(text, import_paths=[str(grammars_dir())])
-    )
+    def build() -> GrammarTables:
+        return GrammarTables(text, import_paths=[str(grammars_dir())])
+
+    if not use_disk_cache:  # the size for the memory budget, without pickling
+        tables = build()
+        return tables, _approximate_bytes(tables)
+    return _cached_artifact(_cache_path(ConstraintSpec("grammar", text, "").key, "tables"),
+                            use_disk_cache, build)
+
+
+def _approximate_bytes(tables: GrammarTables) -> int:
+    """About what ``tables`` pickles to: its DFAs' arrays and ~50 bytes an LALR entry."""
+    dfas = sum(t.dfa.table.nbytes + t.dfa.accepting.nbytes for t in tables.terminals)
+    lalr = tables.lalr
+    entries = sum(map(len, lalr.actions.values())) + sum(map(len, lalr.gotos.values()))
+    return dfas + 50 * entries
 
 
 def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
@@ -190,7 +202,7 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
         tables, tables_bytes = _grammar_tables(spec.source, use_disk_cache)
         if on_valid is not None:
             on_valid()
-        path = _walks_path(tables, vocab)
+        path = _walks_path(tables, vocab) if use_disk_cache else None
         loaded = _disk.load(path) if use_disk_cache else None
         if spec.origin == "json_schema":
             warm_common_walks(vocab)

@@ -15,6 +15,7 @@ the caller loads the grammar through lark, which also words the errors.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from itertools import product
@@ -31,10 +32,12 @@ _TOKEN = re.compile(r"""
     (?P<ws>[ \t\f\r]+)
   | (?P<nl>\n)
   | (?P<name>[_?!]?[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<string>"(?:[^"\\\n]|\\.)*"i?)
-  | (?P<regexp>/(?!/)(?:\\/|\\\\|[^/])*?/[imslux]*)
+  | (?P<string>"(?:[^"\\\n]+|\\.)*+"i?)
+  | (?P<regexp>/(?!/)(?:[^/\\]+|\\[\s\S])*+/[imslux]*)
   | (?P<op>[:|\[\]()*+?])
 """, re.VERBOSE)
+# string and regexp: lark's own token patterns ("(?:[^"\\\n]|\\.)*", /(?:\\/|\\\\|[^/])*?/)
+# scanned in runs and without backtracking: the same tokens wherever a token ends
 
 Item = tuple  # ("sym", name) | ("lit", kind, raw) | ("alts", alts) | ("opt", alts) | (op, item)
 Alts = list  # list of sequences (lists of items)
@@ -62,14 +65,15 @@ def fast_grammar(text: str, start: str = "start") -> FastGrammar | None:
 def _tokens(text: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise _Unsupported
+    for m in _TOKEN.finditer(text):
+        if m.start() != pos:
+            raise _Unsupported  # a character no token starts with
         pos = m.end()
         kind = m.lastgroup
         if kind != "ws":
             out.append((kind, m.group()))
+    if pos != len(text):
+        raise _Unsupported
     out.append(("nl", "\n"))
     return out
 
@@ -149,8 +153,9 @@ class _Builder:
     def __init__(self, terms: dict[str, tuple]):
         self.terminals: list[tuple[str, Pattern]] = []
         self.by_name: dict[str, Pattern] = {}
+        self.by_pattern: dict[Pattern, str] = {}  # the first terminal of each pattern
         for name, (kind, raw) in terms.items():
-            self._add_terminal(name, _literal_to_pattern(Token(kind.upper(), raw)))
+            self._add_terminal(name, _pattern(kind, raw))
         self.anonymous = 0  # lark's counter of __ANON_ names
         self.rules: list[tuple[str, list[tuple[str, str]]]] = []  # (origin, [(kind, name)])
         self.helpers: dict[object, str] = {}
@@ -160,6 +165,7 @@ class _Builder:
     def _add_terminal(self, name: str, pattern: Pattern) -> None:
         self.terminals.append((name, pattern))
         self.by_name[name] = pattern
+        self.by_pattern.setdefault(pattern, name)  # equal: same type, value and flags
 
     def rule(self, name: str, alts: Alts) -> None:
         self.prefix = name
@@ -210,17 +216,14 @@ class _Builder:
     def _anonymous(self, kind: str, raw: str) -> str:
         """The terminal of a literal in a rule, named as lark's ``PrepareAnonTerminals``
         names it (a defined terminal with the same pattern, else a new one)."""
-        pattern = _literal_to_pattern(Token(kind.upper(), raw))
+        pattern = _pattern(kind, raw)
         if kind != "string" or pattern.flags:
             # lark orders anonymous terminals by its tree walk; only plain strings, which
             # never tie with another terminal of their rank, may come in another order
             raise _Unsupported
-        for name, defined in self.terminals:
-            if defined == pattern:
-                if defined.flags != pattern.flags:
-                    raise _Unsupported
-                return name
-        name = None
+        name = self.by_pattern.get(pattern)
+        if name is not None:
+            return name
         if isinstance(pattern, PatternStr):
             value = pattern.value
             name = _TERMINAL_NAMES.get(value)
@@ -234,6 +237,12 @@ class _Builder:
             self.anonymous += 1
         self._add_terminal(name, pattern)
         return name
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(kind: str, raw: str) -> Pattern:
+    """lark's pattern of a literal (shared: patterns are never changed)."""
+    return _literal_to_pattern(Token(kind.upper(), raw))
 
 
 def _freeze(item):
