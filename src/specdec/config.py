@@ -25,6 +25,9 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     seed: int | None = 0  # engine RNG for unseeded sampling requests
     num_threads: int | None = None  # torch threads; default: all cores
+    # Run a step on fewer threads while other tasks want the cores (core/cpu_share.py):
+    # threads meeting at barriers collapse when one of them is descheduled.
+    adaptive_threads: bool = True
     plugins: list[Any] = field(default_factory=list)
     disable_plugins: list[str] = field(default_factory=list)
     load_entry_points: bool = True

@@ -118,6 +118,10 @@ def main(args: argparse.Namespace) -> dict:
           f"{base['stats']['weight_bytes'] / 2**20:.1f} MiB) / "
           f"memory bandwidth {bandwidth / 1e9:.1f} GB/s = {result['bytes_floor_ms']:.2f} ms "
           f"-> ITL / bytes floor = {base['itl_ms'] / result['bytes_floor_ms']:.2f}x")
+    result["steps_on_fewer_threads"] = fewer = base["stats"]["steps_on_fewer_threads"]
+    if fewer:
+        print(f"note: {fewer} of {base['stats']['steps']} steps ran on fewer threads (other "
+              "tasks wanted the cores): not a quiet machine's figure")
     if spec_options:
         del llm
         spec_llm = LLM(**kwargs, speculative=spec_options)

@@ -62,6 +62,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         default=engine("batch_invariant"),
                         help="bf16 projections whose rows do not depend on the batch "
                              "(AVX-512 CPUs without AMX; --no-batch-invariant: oneDNN)")
+    parser.add_argument("--threads", dest="num_threads", type=int,
+                        default=engine("num_threads"), help="torch threads (default: all cores)")
+    parser.add_argument("--adaptive-threads", dest="adaptive_threads",
+                        action=argparse.BooleanOptionalAction,
+                        default=engine("adaptive_threads"),
+                        help="run each step on the cores other tasks leave free "
+                             "(--no-adaptive-threads: always --threads)")
     # No method (EngineConfig.speculative is None): speculation off.
     parser.add_argument("--speculative-method", choices=list(METHODS),
                         default=engine("speculative"))
@@ -88,6 +95,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         enable_prefix_caching=args.enable_prefix_caching,
         fused_kernels=args.fused_kernels,
         batch_invariant=args.batch_invariant,
+        num_threads=args.num_threads,
+        adaptive_threads=args.adaptive_threads,
         speculative=speculative_options(args),
     )
 

@@ -20,6 +20,7 @@ import torch
 
 from specdec import isa
 from specdec.config import EngineConfig
+from specdec.core.cpu_share import CpuShare, adaptive_by_env
 from specdec.core.messages import RequestSample, RunnerOutput, SampleOutput, SchedulerOutput
 from specdec.core.request import Request, RequestStatus
 from specdec.engine.builder import build_engine_parts
@@ -42,6 +43,8 @@ class LLMEngine:
         self.config = config
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
+        self.cpu_share = CpuShare(torch.get_num_threads(),
+                                  enabled=config.adaptive_threads and adaptive_by_env())
         self.pm = make_plugin_manager(
             config.plugins, config.disable_plugins, config.load_entry_points
         )
@@ -71,7 +74,8 @@ class LLMEngine:
         self.outputs = OutputProcessor(self.tokenizer, self.eos_token_ids)
         self._ids = itertools.count()
         self.counters = {"steps": 0, "prompt_tokens": 0, "generation_tokens": 0,
-                         "requests_finished": 0, "forward_tokens": 0}
+                         "requests_finished": 0, "forward_tokens": 0,
+                         "steps_on_fewer_threads": 0}
         self.context = EngineContext(
             tokenizer=self.tokenizer,
             vocab_size=self.vocab_size,
@@ -145,6 +149,7 @@ class LLMEngine:
         """Run one step; return an output for every request that progressed or ended."""
         updated: dict[str, Request] = {}  # requests with news for their caller, in order
         fail = functools.partial(self._fail, updated=updated)  # a plugin failed a request
+        self._share_cores()
         self._propose(fail)
         scheduler_output = self._schedule(fail)
         if not scheduler_output.is_empty:
@@ -153,6 +158,14 @@ class LLMEngine:
             self.scheduler.update(scheduler_output, sample_output)
             self._postprocess(sample_output, updated)
         return [self._output(req) for req in updated.values()]
+
+    def _share_cores(self) -> None:
+        """Run this step on the cores other tasks leave free (core/cpu_share.py)."""
+        threads = self.cpu_share.threads()
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+        if threads < self.cpu_share.max_threads:
+            self.counters["steps_on_fewer_threads"] += 1
 
     def _propose(self, fail: Fail) -> None:
         """``specdec_schedule``: proposers attach draft tokens to decoding requests."""
@@ -261,6 +274,7 @@ class LLMEngine:
             weight_bytes=self.weight_bytes,
             batch_invariant=self.runner.invariant_attention,  # outputs independent of the batch
             fused_kernels=self.runner.kernels is not None,
+            threads=torch.get_num_threads(),
         )
         extras, failures = self.hooks.every("specdec_stats")
         for extra in extras:
