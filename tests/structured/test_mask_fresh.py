@@ -4,7 +4,8 @@ The grammar under test runs as in production: C walks and C lexer products, warm
 (lexer contexts, cheap and dear walks in the process-wide store), suffix-cached masks,
 several documents through one compiled grammar, and ``fill_bitmask`` into one reused
 bitmask. The reference is a new grammar with none of that: numpy walks and products, a
-private walk store, no suffix cache, no warm-up. A sample of tokens is also checked one
+private walk store, no suffix cache, no warm-up, lexer contexts found by feeding every
+terminal. A sample of tokens is also checked one
 by one against ``accept_token``, which uses no walk at all.
 """
 
@@ -77,6 +78,13 @@ def _replay(compiled: CompiledGrammar, tokenizer, texts: list[str]) -> list[np.n
     return masks
 
 
+def _context_by_feeding_all(self: CompiledGrammar, stack) -> tuple[int, int]:
+    """The lexer context as the LALR table's ``acceptable_low`` finds it (every terminal fed)."""
+    names, low = self.lalr.acceptable_low(stack)
+    index = self.tables.index
+    return self._tset_id(frozenset(index[t] for t in names) | self.tables.ignore), low
+
+
 @pytest.fixture(scope="module")
 def vocab(tokenizer):
     return token_vocabulary(tokenizer, 49152, frozenset([2]))
@@ -95,6 +103,7 @@ def test_cached_masks_equal_fresh_ones(tokenizer, vocab, monkeypatch, name, text
     monkeypatch.setattr(lexer_module, "load_lexer_product", lambda: None)
     monkeypatch.setattr(grammar_module, "SHARED", WalkStore())
     monkeypatch.setattr(CompiledGrammar, "_suffix_mask", lambda self, state: None)
+    monkeypatch.setattr(CompiledGrammar, "_context_low", _context_by_feeding_all)
     fresh = _replay(CompiledGrammar(tables, vocab), tokenizer, docs[::-1])
     assert len(cached) == len(fresh)
     for step, (a, b) in enumerate(zip(cached, fresh, strict=True)):

@@ -39,7 +39,7 @@ FINISHED = -2  # lexer-state value after EOS was accepted
 MAX_CACHED_MASKS = 200_000
 BASIC_LEXER_DIRECTIVE = "// specdec-lexer: basic"
 DEAR_STATES_PER_TERMINAL = 32  # walked at compile time; deeper ones (long counted strings) lazily
-WARM_UP_S = 0.004  # the time a compile spends at most on the walks of :mod:`.warm_up`
+WARM_UP_S = 0.002  # the time a compile spends at most on the walks of :mod:`.warm_up`
 
 
 class _TablesOnly(Lexer):
@@ -127,6 +127,9 @@ class CompiledGrammar:
         self.lalr = tables.lalr
         self._tset_ids: dict[frozenset[int], int] = {}
         self._lexers: list[LexerDFA] = []
+        self._tset_members: list[frozenset[int]] = []  # per context: its terminals
+        self._state_terminals: dict[int, tuple[int, tuple[str, ...]]] = {}  # LALR state ->
+        # (the context of its terminals, the terminals it reduces on)
         self._stack_tset: dict[Stack, int] = {}
         self._walks: dict[tuple, WalkResult] = dict(walks or {})
         self._masks: dict[State, np.ndarray] = {}
@@ -159,9 +162,9 @@ class CompiledGrammar:
     def state_context(self, lalr_state: int) -> int:
         """The lexer context of the terminals ``lalr_state`` has actions for: what a
         stack with it on top lexes, unless a reduce fails deeper."""
-        index = self.tables.index
         if self.tables.basic_lexer:
-            return self.initial_state[1]
+            return self._tset_id(frozenset(range(len(self.tables.terminals))))
+        index = self.tables.index
         return self._tset_id(frozenset(index[t] for t in self.lalr.actions[lalr_state]
                                        if t != END) | self.tables.ignore)
 
@@ -186,17 +189,42 @@ class CompiledGrammar:
         """The lexer context of ``stack`` and the lowest index of ``stack`` it depends on."""
         found = self._stack_tset.get(stack)
         if found is None:
-            index = self.tables.index
             if self.tables.basic_lexer:
-                members, low = frozenset(range(len(self.tables.terminals))), len(stack)
-            else:
+                tset, low = self.state_context(stack[-1]), len(stack)
+            elif len(stack) >= MAX_STACK_DEPTH:  # shifts fail there too
                 names, low = self.lalr.acceptable_low(stack)
-                members = frozenset(index[t] for t in names) | self.tables.ignore
-            tset = self._tset_id(members)
+                tset = self._tset_id(frozenset(self.tables.index[t] for t in names)
+                                     | self.tables.ignore)
+            else:
+                tset, low = self._context_low(stack)
             if len(self._stack_tset) > MAX_CACHED_MASKS:
                 self._stack_tset.clear()
             found = self._stack_tset[stack] = (tset, low)
         return found
+
+    def _context_low(self, stack: Stack) -> tuple[int, int]:
+        """``lalr.acceptable_low`` as a lexer context, below the depth limit: a terminal
+        the top state shifts is acceptable whatever lies below; only reduces are fed.
+        With no reduce to try, the context is the top state's own (one dict hit)."""
+        top = stack[-1]
+        entry = self._state_terminals.get(top)
+        if entry is None:
+            actions = self.lalr.actions[top]
+            reduces = tuple(t for t, (is_shift, _) in actions.items()
+                            if t != END and not is_shift)
+            entry = self._state_terminals[top] = (self.state_context(top), reduces)
+        tset, reduces = entry
+        low = len(stack) - 1
+        if not reduces:
+            return tset, low
+        index = self.tables.index
+        members = set(self._tset_members[tset])
+        for name in reduces:
+            fed, read = self.lalr.feed_low(stack, name)
+            low = min(low, read)
+            if fed is None and index[name] not in self.tables.ignore:
+                members.discard(index[name])
+        return self._tset_id(frozenset(members)), low
 
     def lexer(self, tset: int) -> LexerDFA:
         return self._lexers[tset]
@@ -209,6 +237,7 @@ class CompiledGrammar:
                 tset = self._tset_ids.get(members)
                 if tset is None:
                     self._lexers.append(build_lexer_dfa(self.tables.terminals, members))
+                    self._tset_members.append(members)
                     tset = self._tset_ids[members] = len(self._lexers) - 1
         return tset
 
@@ -322,11 +351,15 @@ class CompiledGrammar:
         ((terminal, terminal_state),) = live
         return self._shared_walk(self._lexers[tset], q, terminal, terminal_state)
 
+    def store_key(self, terminal: int, terminal_state: int) -> tuple[str, str, int]:
+        """The shared store's key of the walk from ``terminal_state`` of ``terminal``."""
+        return (self.vocab.fingerprint, self.tables.terminal_keys[terminal], terminal_state)
+
     def _shared_walk(self, lexer: LexerDFA, q: int, terminal: int,
                      terminal_state: int) -> WalkResult:
         """The walk from ``lexer`` state ``q``, where only ``terminal`` is alive (in
         ``terminal_state``): from the shared store, walked and stored if missing."""
-        key = (self.vocab.fingerprint, self.tables.terminal_keys[terminal], terminal_state)
+        key = self.store_key(terminal, terminal_state)
         result = SHARED.get(key, terminal)
         if result is None:
             result = walk_from_root(lexer, q, self._trie)

@@ -9,9 +9,9 @@ is done here, in the compile, within a time budget:
 * walks from every cheap state of every terminal (inside a literal, a number, a
   punctuation mark: few tokens continue), into the process-wide store
   (:mod:`.walk_store`), as the dear ones are;
-* for each shift of a terminal ``T`` to an LALR state, the walk that continues after
+* for each shift of a terminal ``T`` to an LALR state, the walks that continue after
   ``T`` closes in the lexer context of that state (the tokens that cross the boundary:
-  ``", "`` then a property name).
+  ``", "`` then a property name), two boundaries deep.
 
 Walks are keyed exactly as :meth:`CompiledGrammar._collect` keys them (lexer contexts
 included), so an entry made for a context that a stack never lexes is never read; a
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specdec.structured.cfg.lalr import END
 from specdec.structured.cfg.lexer import build_lexer_dfa
 from specdec.structured.cfg.token_walk import walk_from_root
 from specdec.structured.cfg.walk_store import SHARED
@@ -63,23 +62,39 @@ def _cheap_walks(grammar: CompiledGrammar, deadline: float) -> bool:
 
 def _boundary_walks(grammar: CompiledGrammar, contexts: dict[int, int],
                     deadline: float) -> None:
-    """For each shift of ``T`` from LALR state ``s`` to ``t``: from each state of ``s``'s
-    context where one terminal, ``T``, is alive and complete, the walk over the tokens
-    that cross the boundary, in ``t``'s context."""
-    index = grammar.tables.index
-    for state, actions in grammar.lalr.actions.items():
-        tset = contexts[state]
+    """From each state of each LALR state's context where one terminal alone is alive
+    and complete and the store has its walk: the walks over the tokens that cross a
+    boundary, in the context of the LALR state the closed terminal shifts to; one
+    boundary deep for all, then two (a property name's closing quote, the colon, the
+    value's start)."""
+    complete = {tset: _complete(grammar.lexer(tset)) for tset in set(contexts.values())}
+    frontier = []
+    for state, tset in contexts.items():
         lexer = grammar.lexer(tset)
-        for name, (is_shift, target) in actions.items():
-            if not is_shift or name == END:
-                continue
-            terminal, next_tset = index[name], contexts[target]
-            for q in np.flatnonzero(lexer.winner == terminal).tolist():
-                if len(lexer.live[q]) != 1:
-                    continue
+        for q in complete[tset]:
+            live = lexer.live[q]
+            if len(live) == 1 and SHARED.contains(grammar.store_key(*live[0])):
+                frontier.append((state, (live,), grammar.walk_at((live,), tset, q, None)))
+    for _ in range(2):
+        deeper = []
+        for state, key, result in frontier:
+            actions = grammar.lalr.actions[state]
+            for terminal, nodes in result.boundaries.items():
+                if terminal in grammar.tables.ignore:
+                    target = state  # the parser does not see it
+                else:
+                    act = actions.get(grammar.tables.terminals[terminal].name)
+                    if act is None or not act[0]:
+                        continue  # a reduce: where it leads depends on the stack
+                    target = act[1]
                 if time.perf_counter() > deadline:
                     return
-                key = (lexer.live[q],)
-                nodes = grammar.walk_at(key, tset, q, None).boundaries.get(terminal)
-                if nodes is not None:
-                    grammar.walk_at(key + (terminal, next_tset), next_tset, 0, nodes)
+                next_key = key + (terminal, contexts[target])
+                deeper.append((target, next_key,
+                               grammar.walk_at(next_key, contexts[target], 0, nodes)))
+        frontier = deeper
+
+
+def _complete(lexer) -> list[int]:
+    """The states where the lexeme is complete."""
+    return np.flatnonzero(lexer.winner >= 0).tolist()
