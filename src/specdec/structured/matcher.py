@@ -105,19 +105,20 @@ class Matcher(ABC):
         return len(token_ids)
 
 
-_last_view: tuple = (None, 0, None, None)  # (weak ref to a bitmask, data_ptr, shape, view)
+_last_view: tuple = (None, 0, None, None)  # (weak ref to a bitmask, data_ptr, layout, view)
 
 
 def _numpy_view(bitmask: torch.Tensor) -> np.ndarray:
-    """``bitmask.numpy()``, kept for the last bitmask seen while its storage and shape
-    are unchanged (every step of a decode loop fills the same one, and ``.numpy()``
-    costs more than copying a mask)."""
+    """``bitmask.numpy()``, kept for the last bitmask seen while its storage, shape and
+    strides are unchanged (every step of a decode loop fills the same one, and
+    ``.numpy()`` costs more than copying a mask)."""
     global _last_view
-    ref, address, shape, view = _last_view
+    ref, address, layout, view = _last_view
     if (ref is None or ref() is not bitmask or bitmask.data_ptr() != address
-            or bitmask.shape != shape):
+            or (bitmask.shape, bitmask.stride()) != layout):
         view = bitmask.numpy()
-        _last_view = (weakref.ref(bitmask), bitmask.data_ptr(), bitmask.shape, view)
+        _last_view = (weakref.ref(bitmask), bitmask.data_ptr(),
+                      (bitmask.shape, bitmask.stride()), view)
     return view
 
 

@@ -50,7 +50,7 @@ def _cheap_walks(grammar: CompiledGrammar, deadline: float) -> bool:
         fanout = (terminal.dfa.table >= 0).sum(axis=1)
         lexer = None
         for q in np.flatnonzero(fanout < DEAR_FANOUT).tolist():
-            key = (grammar.vocab.fingerprint, tables.terminal_keys[index], q)
+            key = grammar.store_key(index, q)
             if q == 0 or SHARED.contains(key):
                 continue
             if time.perf_counter() > deadline:
