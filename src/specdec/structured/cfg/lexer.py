@@ -14,6 +14,7 @@ lexer state is one integer per terminal set.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,32 @@ class Terminal:
         return (self.priority, int(self.is_literal))
 
 
+class LiveStates(Sequence):
+    """``live[q]`` of a product DFA, built from its member states on first use (a large
+    context has thousands of states; a mask reads a few)."""
+
+    def __init__(self, keys: np.ndarray, order: list[int]):
+        self._keys = keys  # int32 [num_states, members]: each member's state, DEAD if dead
+        self._order = order  # terminal index of each member
+        self._found: dict[int, tuple[tuple[int, int], ...]] = {}
+
+    def __getitem__(self, q):
+        if isinstance(q, slice):
+            return [self[i] for i in range(len(self))[q]]
+        found = self._found.get(q)
+        if found is None:
+            row = self._keys[q].tolist()
+            found = self._found[q] = tuple((self._order[j], s) for j, s in enumerate(row)
+                                           if s != DEAD)
+        return found
+
+    def __len__(self) -> int:
+        return self._keys.shape[0]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+
 @dataclass
 class LexerDFA:
     """The product DFA of some terminals; state 0 is the start (empty lexeme)."""
@@ -44,7 +71,7 @@ class LexerDFA:
     winner: np.ndarray  # int32 [num_states]: terminal index the lexeme closes as, -1 if none
     # per state: the (terminal index, terminal DFA state) pairs still alive. States of
     # different lexers with the same pairs lex every continuation the same way.
-    live: list[tuple[tuple[int, int], ...]]
+    live: Sequence[tuple[tuple[int, int], ...]]
 
     @property
     def num_states(self) -> int:
@@ -90,9 +117,8 @@ def build_lexer_dfa(terminals: list[Terminal], members: frozenset[int]) -> Lexer
     for j in by_rank:
         accepting = np.append(terminals[order[j]].dfa.accepting, False)[keys_array[:, j]]
         winners[accepting & (winners < 0)] = order[j]
-    live = [tuple((order[j], s) for j, s in enumerate(key) if s != DEAD)
-            for key in keys_array.tolist()]
-    return LexerDFA(np.ascontiguousarray(table, dtype=np.int32), winners, live)
+    return LexerDFA(np.ascontiguousarray(table, dtype=np.int32), winners,
+                    LiveStates(keys_array, order))
 
 
 def _product_native(native, tables: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ seen before, and its first mask would walk the vocabulary from lexer states not 
 before (~10 us each, a whole-vocabulary walk more). What does not depend on the stack
 is done here, in the compile, within a time budget:
 
-* the lexer context of every LALR state's terminals (most are one terminal: free);
+* the lexer context of LALR states' terminals (most are one terminal: cheap);
 * walks from every cheap state of every terminal (inside a literal, a number, a
   punctuation mark: few tokens continue), into the process-wide store
   (:mod:`.walk_store`), as the dear ones are;
@@ -38,9 +38,8 @@ DEAR_FANOUT = 64  # a lexer state this many bytes continue walks most of the voc
 
 def warm_up(grammar: CompiledGrammar, deadline: float) -> None:
     """All three, until ``time.perf_counter()`` passes ``deadline``."""
-    contexts = {state: grammar.state_context(state) for state in grammar.lalr.actions}
     if _cheap_walks(grammar, deadline):
-        _boundary_walks(grammar, contexts, deadline)
+        _boundary_walks(grammar, deadline)
 
 
 def _cheap_walks(grammar: CompiledGrammar, deadline: float) -> bool:
@@ -60,18 +59,20 @@ def _cheap_walks(grammar: CompiledGrammar, deadline: float) -> bool:
     return True
 
 
-def _boundary_walks(grammar: CompiledGrammar, contexts: dict[int, int],
-                    deadline: float) -> None:
+def _boundary_walks(grammar: CompiledGrammar, deadline: float) -> None:
     """From each state of each LALR state's context where one terminal alone is alive
     and complete and the store has its walk: the walks over the tokens that cross a
     boundary, in the context of the LALR state the closed terminal shifts to; one
     boundary deep for all, then two (a property name's closing quote, the colon, the
     value's start)."""
-    complete = {tset: _complete(grammar.lexer(tset)) for tset in set(contexts.values())}
+    contexts: dict[int, int] = {}
     frontier = []
-    for state, tset in contexts.items():
+    for state in grammar.lalr.actions:
+        if time.perf_counter() > deadline:
+            return
+        tset = contexts[state] = grammar.state_context(state)
         lexer = grammar.lexer(tset)
-        for q in complete[tset]:
+        for q in np.flatnonzero(lexer.winner >= 0).tolist():
             live = lexer.live[q]
             if len(live) == 1 and SHARED.contains(grammar.store_key(*live[0])):
                 frontier.append((state, (live,), grammar.walk_at((live,), tset, q, None)))
@@ -89,12 +90,9 @@ def _boundary_walks(grammar: CompiledGrammar, contexts: dict[int, int],
                     target = act[1]
                 if time.perf_counter() > deadline:
                     return
+                if target not in contexts:
+                    contexts[target] = grammar.state_context(target)
                 next_key = key + (terminal, contexts[target])
                 deeper.append((target, next_key,
                                grammar.walk_at(next_key, contexts[target], 0, nodes)))
         frontier = deeper
-
-
-def _complete(lexer) -> list[int]:
-    """The states where the lexeme is complete."""
-    return np.flatnonzero(lexer.winner >= 0).tolist()
