@@ -26,7 +26,7 @@ from typing import Any
 
 from specdec.paths import structured_dir
 from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
-from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables
+from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables, pattern_dfa
 from specdec.structured.cfg.walk_store import SHARED as SHARED_WALKS
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
 from specdec.structured.compile_worker import ISOLATION, ProcessCompiler
@@ -79,6 +79,7 @@ def clear_caches(memory: bool = True, disk: bool = True, shared: bool = False) -
         shutil.rmtree(structured_dir(), ignore_errors=True)
     if shared:
         regex_to_byte_dfa.cache_clear()
+        pattern_dfa.cache_clear()
         SHARED_WALKS.clear()
         _warmed.clear()
 

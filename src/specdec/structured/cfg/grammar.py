@@ -11,6 +11,7 @@ number, or at any nesting pattern seen before, a step is a dictionary hit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -22,7 +23,7 @@ from lark.exceptions import LarkError
 from lark.lexer import Lexer, Pattern, PatternStr
 
 from specdec.structured.bitmask import num_words, pack_token_ids
-from specdec.structured.cfg.byte_dfa import regex_to_byte_dfa
+from specdec.structured.cfg.byte_dfa import ByteDFA, regex_to_byte_dfa
 from specdec.structured.cfg.fast_grammar import fast_grammar as read_plain_grammar
 from specdec.structured.cfg.lalr import END, MAX_STACK_DEPTH, LALRTable, Stack
 from specdec.structured.cfg.lexer import LexerDFA, Terminal, build_lexer_dfa
@@ -81,9 +82,17 @@ def _load_with_lark(text: str, import_paths: list[str] | None) -> _Loaded:
                    list(lark.ignore_tokens), lark.parser.parser.parser.parse_table)
 
 
+@functools.lru_cache(maxsize=1024)
+def pattern_dfa(pattern: Pattern) -> tuple[ByteDFA, str]:
+    """A terminal pattern's byte DFA and walk-store key, once per process (most patterns
+    recur across grammars; the patterns of :mod:`.fast_grammar` are shared objects)."""
+    dfa = regex_to_byte_dfa(pattern.to_regexp())
+    return dfa, dfa_fingerprint(dfa)
+
+
 def _terminal(name: str, pattern: Pattern, priority: int) -> Terminal:
     try:
-        dfa = regex_to_byte_dfa(pattern.to_regexp())
+        dfa = pattern_dfa(pattern)[0]
     except ValueError as exc:
         raise ConstraintError(
             f"terminal {name} /{pattern.value}/ {exc}; write terminals as plain "
@@ -102,7 +111,7 @@ class GrammarTables:
         self.terminals: list[Terminal] = [_terminal(name, pattern, priority)
                                           for name, pattern, priority in loaded.terminals]
         self.index = {t.name: i for i, t in enumerate(self.terminals)}
-        self.terminal_keys = [dfa_fingerprint(t.dfa) for t in self.terminals]  # walk-store keys
+        self.terminal_keys = [pattern_dfa(p)[1] for _, p, _ in loaded.terminals]  # walk keys
         # "// specdec-lexer: basic" in the grammar: lex every terminal everywhere (lark's
         # basic lexer; keywords are reserved: "SELECTx" is one NAME, not SELECT + x).
         self.basic_lexer = BASIC_LEXER_DIRECTIVE in text
