@@ -59,3 +59,21 @@ def test_same_automaton_as_the_bytewise_product(text):
         order = sorted(members)
         assert lexer.live == [tuple((order[j], s) for j, s in enumerate(k) if s != DEAD)
                               for k in keys]
+
+
+def test_native_byte_classes_equal_the_python_ones(monkeypatch):
+    import specdec.structured.cfg.lexer as lexer_module
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for rows in (1, 3, 40, 300):
+        table = rng.integers(-1, 6, size=(rows, 256)).astype(np.int32)
+        table[:, 97:123] = table[:, 97:98]  # a class of 26 bytes
+        table[:, 200:] = table[:, 10:11]
+        cases.append([table[: rows // 2 + 1], table[rows // 2 + 1:]] if rows > 1 else [table])
+    native = [lexer_module._byte_classes(tables) for tables in cases]
+    monkeypatch.setattr(lexer_module, "load_byte_classes", lambda: None)
+    for tables, (classes, first) in zip(cases, native, strict=True):
+        reference_classes, reference_first = lexer_module._byte_classes(tables)
+        assert np.array_equal(classes, reference_classes)
+        assert np.array_equal(first, reference_first)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.structured.cfg.byte_dfa import DEAD, ByteDFA
-from specdec.structured.native import load_lexer_product
+from specdec.structured.native import load_byte_classes, load_lexer_product
 
 BYTEWISE_MEMBERS = 4  # products of more members are built over byte classes
 
@@ -172,6 +172,13 @@ def _byte_classes(tables: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Bytes every table treats alike share a class: (class of each byte, the smallest
     byte of each class). The product walk then visits ~10-40 classes per state instead
     of 256 bytes."""
+    native = load_byte_classes()
+    if native is not None:
+        stacked = np.ascontiguousarray(np.concatenate(tables, axis=0), dtype=np.int32)
+        classes, first = np.empty(256, dtype=np.int32), np.empty(256, dtype=np.int32)
+        count = native(stacked.ctypes.data, stacked.shape[0], classes.ctypes.data,
+                       first.ctypes.data)
+        return classes.astype(np.intp), first[:count].astype(np.intp)
     stacked = np.ascontiguousarray(np.concatenate(tables, axis=0).T)  # [256, all states]
     class_of: dict[bytes, int] = {}
     classes = np.array([class_of.setdefault(row.tobytes(), len(class_of)) for row in stacked],

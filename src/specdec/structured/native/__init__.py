@@ -78,6 +78,18 @@ def load_trie_walk():
 
 
 @functools.cache
+def load_byte_classes():
+    """``byte_classes(table, rows, class_of, first)``, or None."""
+    library = _library()
+    if library is None:
+        return None
+    function = library.byte_classes
+    function.restype = ctypes.c_int32
+    function.argtypes = [_P, ctypes.c_int64, _P, _P]
+    return function
+
+
+@functools.cache
 def load_lexer_product():
     """``lexer_product(tables, offsets, k, columns, keys, out, capacity, slots,
     hash_size)``, or None."""

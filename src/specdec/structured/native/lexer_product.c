@@ -62,3 +62,34 @@ int64_t lexer_product(const int32_t *tables, const int64_t *offsets, int32_t k, 
     }
     return count;
 }
+
+/* Bytes that every row of table [rows, 256] treats alike share a class, numbered by
+ * their first byte (a byte-by-byte walk's order). Writes class_of[256] and the first
+ * byte of each class to first[256]; returns the number of classes. Columns are grouped
+ * by a hash and then compared in full, so a collision never merges two classes. */
+int32_t byte_classes(const int32_t *table, int64_t rows, int32_t *class_of,
+                     int32_t *first) {
+    uint64_t h[256];
+    for (int32_t b = 0; b < 256; ++b) h[b] = 1469598103934665603ull;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int32_t *row = table + r * 256;
+        for (int32_t b = 0; b < 256; ++b) h[b] = (h[b] ^ (uint32_t)row[b]) * 1099511628211ull;
+    }
+    int32_t n = 0;
+    for (int32_t b = 0; b < 256; ++b) {
+        int32_t found = -1;
+        for (int32_t c = 0; c < n && found < 0; ++c) {
+            const int32_t a = first[c];
+            if (h[a] != h[b]) continue;
+            int64_t r = 0;
+            while (r < rows && table[r * 256 + a] == table[r * 256 + b]) ++r;
+            if (r == rows) found = c;
+        }
+        if (found < 0) {
+            found = n++;
+            first[found] = b;
+        }
+        class_of[b] = found;
+    }
+    return n;
+}
