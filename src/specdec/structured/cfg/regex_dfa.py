@@ -257,8 +257,8 @@ class _NFA:
             spell(start, b"", total, leads)
 
 
-def _subsets(nfa: _NFA, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Subset construction over byte classes: (table [states, classes], accepting,
+def _subsets(nfa: _NFA, start: int) -> tuple[list[list[int]], list[bool], list[int]]:
+    """Subset construction over byte classes: (rows of next states by class, accepting,
     class of each byte)."""
     classes = [(1 << 256) - 1]
     for mask in {m for edges in nfa.edges for m, _ in edges}:
@@ -312,41 +312,39 @@ def _subsets(nfa: _NFA, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
                 queue.append(key)
             row[k] = target
         rows.append(row)
-    class_of = np.zeros(256, dtype=np.intp)
+    class_of = [0] * 256
     for k, c in enumerate(classes):
-        bits = np.unpackbits(np.frombuffer(c.to_bytes(32, "little"), dtype=np.uint8),
-                             bitorder="little")
-        class_of[bits.astype(bool)] = k
-    accepting = np.array([nfa.final in s for s in queue], dtype=bool)
-    return np.array(rows, dtype=np.int32).reshape(len(rows), len(classes)), accepting, class_of
+        while c:
+            low = c & -c
+            class_of[low.bit_length() - 1] = k
+            c ^= low
+    return rows, [nfa.final in s for s in queue], class_of
 
 
-def _minimal(table: np.ndarray, accepting: np.ndarray, class_of: np.ndarray) -> ByteDFA:
-    """Moore's partition refinement, then states renumbered breadth-first by byte."""
-    _, block = np.unique(accepting, return_inverse=True)
-    block = block.reshape(-1)
-    count = int(block.max()) + 1
+def _minimal(rows: list[list[int]], accepting: list[bool], class_of: list[int]) -> ByteDFA:
+    """Moore's partition refinement, then states renumbered breadth-first by byte (plain
+    Python: these DFAs are small, and numpy's calls cost more than the work)."""
+    block = [int(a) for a in accepting]
+    count = len(set(block))
     while True:
-        targets = np.where(table >= 0, block[table.clip(min=0)], -1)
-        _, refined = np.unique(np.column_stack([block, targets]), axis=0, return_inverse=True)
-        refined = refined.reshape(-1)
-        new_count = int(refined.max()) + 1
-        if new_count == count:
+        ids: dict[tuple, int] = {}
+        refined = [ids.setdefault((block[s], *[block[t] if t >= 0 else DEAD for t in row]),
+                                  len(ids)) for s, row in enumerate(rows)]
+        if len(ids) == count:
             break
-        block, count = refined, new_count
-    representative = np.zeros(count, dtype=np.intp)
-    representative[block[::-1]] = np.arange(len(block))[::-1]
-    quotient = np.where(table >= 0, block[table.clip(min=0)], DEAD)[representative]
-    full = quotient[:, class_of]  # [blocks, 256]
-    order = {int(block[0]): 0}
-    queue = [int(block[0])]
+        block, count = refined, len(ids)
+    first: dict[int, int] = {}  # block -> its first state
+    for state, b in enumerate(block):
+        first.setdefault(b, state)
+    by_byte = list(dict.fromkeys(class_of))  # classes in the order of their first byte
+    order = {block[0]: 0}
+    queue = [block[0]]
     for b in queue:  # grows while visited
-        for t in full[b].tolist():
-            if t >= 0 and t not in order:
-                order[t] = len(queue)
-                queue.append(t)
-    rank = np.full(count + 1, DEAD, dtype=np.int32)
-    for b, i in order.items():
-        rank[b] = i
-    out = rank[full[queue]]  # DEAD (-1) maps through rank[-1] == DEAD
-    return ByteDFA(out.astype(np.int32), accepting[representative][queue])
+        row = rows[first[b]]
+        for k in by_byte:
+            if row[k] >= 0 and block[row[k]] not in order:
+                order[block[row[k]]] = len(queue)
+                queue.append(block[row[k]])
+    table = [[order[block[t]] if t >= 0 else DEAD for t in rows[first[b]]] for b in queue]
+    return ByteDFA(np.array(table, dtype=np.int32)[:, class_of],
+                   np.array([accepting[first[b]] for b in queue], dtype=bool))
