@@ -14,6 +14,10 @@ namespace specdec_kernels {
 // -------------------------------------------------------- paged attention ---
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Context positions per online-softmax step: four 16-lane score vectors share one max,
+// one rescale and one sum (the reductions are a latency chain; 16 per step made a
+// decode at batch 32 and 128 positions latency-bound).
+constexpr int64_t kChunk = 64;
 
 // Lane j of the result = the sum of the lanes of parts[j].
 inline Vec16 transpose_sum(const Vec16* parts) {
@@ -96,7 +100,7 @@ struct OutputTile {
   void scale(int m, float c) {
     for (int v = 0; v < NV; ++v) acc[m][v] = acc[m][v] * Vec16::broadcast(c);
   }
-  void add(const T* const* v_row, int64_t n, const float (*prob)[16], int mb) {
+  void add(const T* const* v_row, int64_t n, const float (*prob)[kChunk], int mb) {
     for (int64_t j = 0; j < n; ++j) {
       Vec16 value[NV];
       for (int v = 0; v < NV; ++v) value[v] = Vec16::load(v_row[j] + 16 * v);
@@ -151,7 +155,7 @@ struct OutputTile<T, NV, kPass, true> {
   static uint32_t bf16_pair(float lo, float hi) {
     return static_cast<uint32_t>(BFloat16(lo).x) | (static_cast<uint32_t>(BFloat16(hi).x) << 16);
   }
-  void add(const T* const* v_row, int64_t n, const float (*prob)[16], int mb) {
+  void add(const T* const* v_row, int64_t n, const float (*prob)[kChunk], int mb) {
     static const BFloat16 zeros[NV * 16] = {};
     for (int64_t j = 0; j < n; j += 2) {
       const T* a = v_row[j];
@@ -179,7 +183,7 @@ template <typename T>
 inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t block_size,
                            const T* key_cache, const T* value_cache, int64_t row_stride,
                            int64_t offset, int64_t row_bytes) {
-  const int64_t end = std::min<int64_t>(p0 + 16, hi);
+  const int64_t end = std::min<int64_t>(p0 + kChunk, hi);
   for (int64_t p = p0; p < end; ++p) {
     const int64_t slot = cache_slot(table, p, block_size);
     const char* k = reinterpret_cast<const char*>(key_cache + slot * row_stride + offset);
@@ -194,7 +198,7 @@ inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t
 // One (request, KV head): its M = q_len x G queries (the G query heads sharing the
 // KV head) attend causally to the request's context through its block table.
 // Up to kPass queries at a time keep their accumulators in registers; positions go
-// in chunks of 16 with an online softmax, each K/V row read once per pass.
+// in chunks of kChunk with an online softmax, each K/V row read once per pass.
 template <typename T, int NV>
 void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
                 const int32_t* table, int64_t q_start, int64_t q_len, int64_t ctx_len,
@@ -223,36 +227,49 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
       hi = std::max(hi, last[mi] + 1);
     }
     output.clear(mb);
-    alignas(64) float prob[kPass][16];
-    const T* k_row[16];
-    const T* v_row[16];
+    alignas(64) float prob[kPass][kChunk];
+    const T* k_row[kChunk];
+    const T* v_row[kChunk];
     Vec16 parts[16];
-    for (int64_t p0 = lo / 16 * 16; p0 < hi; p0 += 16) {
-      const int64_t n = std::min<int64_t>(16, hi - p0);
+    for (int64_t p0 = lo / kChunk * kChunk; p0 < hi; p0 += kChunk) {
+      const int64_t n = std::min<int64_t>(kChunk, hi - p0);
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t p = p0 + j;
-        const int64_t slot = cache_slot(table, p, block_size);
+        const int64_t slot = cache_slot(table, p0 + j, block_size);
         k_row[j] = key_cache + slot * row_stride + kv_head * dim;
         v_row[j] = value_cache + slot * row_stride + kv_head * dim;
       }
-      prefetch_chunk(table, p0 + 16, hi, block_size, key_cache, value_cache, row_stride,
+      prefetch_chunk(table, p0 + kChunk, hi, block_size, key_cache, value_cache, row_stride,
                      kv_head * dim, dim * static_cast<int64_t>(sizeof(T)));
       for (int mi = 0; mi < mb; ++mi) {
         const int64_t j_lo = std::max<int64_t>(0, first[mi] - p0);
         const int64_t j_hi = std::min<int64_t>(n, last[mi] - p0 + 1);
         if (j_hi <= j_lo) {
-          Vec16::zero().store(prob[mi]);
+          for (int64_t s = 0; s < kChunk; s += 16) Vec16::zero().store(prob[mi] + s);
           continue;
         }
-        for (int64_t j = 0; j < 16; ++j) parts[j] = Vec16::zero();
-        for (int64_t j = j_lo; j < j_hi; ++j) parts[j] = query[mi].dot(k_row[j]);
-        const Vec16 scores = (transpose_sum(parts) * Vec16::broadcast(scale))
-                                 .keep_range(j_lo, j_hi, kNegInf);
-        const float new_max = std::max(row_max[mi], scores.max());
+        Vec16 scores[kChunk / 16];
+        Vec16 top = Vec16::broadcast(kNegInf);
+        for (int64_t s = 0; s < kChunk; s += 16) {
+          const int64_t a = std::max<int64_t>(j_lo, s), b = std::min<int64_t>(j_hi, s + 16);
+          if (b <= a) {
+            scores[s / 16] = Vec16::broadcast(kNegInf);
+            continue;
+          }
+          for (int64_t j = 0; j < 16; ++j) parts[j] = Vec16::zero();
+          for (int64_t j = a; j < b; ++j) parts[j - s] = query[mi].dot(k_row[j]);
+          scores[s / 16] = (transpose_sum(parts) * Vec16::broadcast(scale))
+                               .keep_range(a - s, b - s, kNegInf);
+          top = Vec16::max(top, scores[s / 16]);
+        }
+        const float new_max = std::max(row_max[mi], top.max());
         const float correction = std::exp(row_max[mi] - new_max);  // 0 on the first chunk
-        const Vec16 probs = (scores - Vec16::broadcast(new_max)).exp();
-        probs.store(prob[mi]);
-        row_sum[mi] = row_sum[mi] * correction + probs.sum();
+        Vec16 total = Vec16::zero();
+        for (int64_t s = 0; s < kChunk; s += 16) {
+          const Vec16 probs = (scores[s / 16] - Vec16::broadcast(new_max)).exp();
+          probs.store(prob[mi] + s);
+          total = total + probs;
+        }
+        row_sum[mi] = row_sum[mi] * correction + total.sum();
         row_max[mi] = new_max;
         if (correction != 1.f) output.scale(mi, correction);
       }
