@@ -63,6 +63,27 @@ def fast_grammar(text: str, start: str = "start") -> FastGrammar | None:
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
+    """The grammar's tokens, line by line (lines recur across grammars: punctuation and
+    shared terminals, common rules); the whole text at once if a token spans lines."""
+    out: list[tuple[str, str]] = []
+    try:
+        for line in text.split("\n"):
+            out.extend(_line_tokens(line) if len(line) < MAX_CACHED_LINE else _scan(line))
+            out.append(("nl", "\n"))
+    except _Unsupported:
+        return [*_scan(text), ("nl", "\n")]
+    return out
+
+
+MAX_CACHED_LINE = 4096
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_tokens(line: str) -> tuple[tuple[str, str], ...]:
+    return _scan(line)
+
+
+def _scan(text: str) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     pos = 0
     for m in _TOKEN.finditer(text):
@@ -74,8 +95,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             out.append((kind, m.group()))
     if pos != len(text):
         raise _Unsupported
-    out.append(("nl", "\n"))
-    return out
+    return tuple(out)
 
 
 def _parse(tokens: list[tuple[str, str]]) -> tuple[dict[str, Alts], dict[str, tuple]]:
