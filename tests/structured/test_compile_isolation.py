@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -128,3 +130,16 @@ def test_a_script_without_a_main_guard_can_use_constraints(tmp_path, tiny_model_
                           timeout=300, env=env, cwd=tmp_path)
     assert "RESULT stop" in proc.stdout, proc.stderr[-2000:]
     assert proc.stdout.split("RESULT stop ")[1].strip().isdigit()
+
+
+def test_a_child_whose_parent_is_gone_exits_without_a_traceback():
+    script = (
+        "import multiprocessing as mp\n"
+        "from specdec.structured.compile_worker import _child, _nothing\n"
+        "recv, send = mp.Pipe(duplex=False)\n"
+        "recv.close()  # the parent exited while its compile ran\n"
+        "_child(send, 2**30, _nothing, ())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

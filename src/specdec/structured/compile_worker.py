@@ -158,14 +158,21 @@ def _child(conn, memory_bytes: int, fn: Callable, args: tuple) -> None:
     try:
         result = fn(*args, lambda msg: conn.send(("progress", msg)))
         conn.send(("done", result))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the parent is gone (it exited, or killed the compile): nobody to tell
     except MemoryError:
-        conn.send(("memory", None))
+        _send_quietly(conn, ("memory", None))
     except BaseException as exc:  # noqa: BLE001 - hand every error to the parent
         if not isinstance(exc, ConstraintError):
             exc = ConstraintError(f"{type(exc).__name__}: {exc}")
-        conn.send(("error", pickle.dumps(exc)))
+        _send_quietly(conn, ("error", pickle.dumps(exc)))
     finally:
         conn.close()
+
+
+def _send_quietly(conn, message: tuple) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        conn.send(message)
 
 
 def _address_space() -> int:
