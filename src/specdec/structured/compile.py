@@ -16,6 +16,7 @@ compiled constraint caches while serving are bounded by the constraint itself.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import shutil
@@ -176,16 +177,22 @@ def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
 
 
 def _grammar_tables(text: str, use_disk_cache: bool) -> tuple[GrammarTables, int]:
-    from specdec.structured.spec import ConstraintSpec, grammars_dir
-
     def build() -> GrammarTables:
-        return GrammarTables(text, import_paths=[str(grammars_dir())])
+        return GrammarTables(text, import_paths=_import_paths())
 
     if not use_disk_cache:  # the size for the memory budget, without pickling
         tables = build()
         return tables, _approximate_bytes(tables)
     return _cached_artifact(_cache_path(ConstraintSpec("grammar", text, "").key, "tables"),
                             use_disk_cache, build)
+
+
+@functools.cache
+def _import_paths() -> list[str]:
+    """Where ``%import`` finds grammars (specdec's own); the list is never changed."""
+    from specdec.structured.spec import grammars_dir
+
+    return [str(grammars_dir())]
 
 
 def _approximate_bytes(tables: GrammarTables) -> int:
@@ -262,9 +269,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
 
 def _grammar_artifacts(text: str, vocab: TokenVocabulary, send) -> tuple[bytes, bytes]:
     """In the child: a grammar's tables and compile-time walks, pickled."""
-    from specdec.structured.spec import grammars_dir
-
-    tables = GrammarTables(text, import_paths=[str(grammars_dir())])
+    tables = GrammarTables(text, import_paths=_import_paths())
     send("valid")
     return dumps(tables), dumps(CompiledGrammar(tables, vocab).prewalk())
 
