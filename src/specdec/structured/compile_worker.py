@@ -84,7 +84,9 @@ class ProcessCompiler:
 
     def _first_child(self) -> None:
         with contextlib.suppress(Exception):  # a real compile reports a real failure
-            self.run(_nothing, (), "a first compile child", timeout_s=60.0)
+            # Outside the compile slots: a compile never waits for (or times out on) it.
+            self._in_child(_nothing, (), "a first compile child", 60.0,
+                           time.monotonic() + 60.0, None)
         self.ready.set()
 
     def _context(self):
@@ -98,27 +100,30 @@ class ProcessCompiler:
     def run(self, fn: Callable, args: tuple, what: str, timeout_s: float | None,
             on_progress: Callable[[Any], None] | None = None) -> Any:
         """``fn(*args, send)``'s result; ``send(msg)`` in the child reaches ``on_progress``."""
-        ctx = self._context()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         if not self._slots.acquire(timeout=timeout_s):  # the wait counts toward the limit
             raise CompileTimeoutError(f"grammar too complex: {what} waited {timeout_s} s "
                                       "for a compile worker")
         try:
-            recv, send = ctx.Pipe(duplex=False)
-            child = ctx.Process(target=_child, args=(send, self.memory_bytes, fn, args),
-                                daemon=True, name="specdec-compile")
-            with _without_main_module():
-                child.start()
-            send.close()
-            try:
-                return self._collect(recv, child, what, timeout_s, deadline, on_progress)
-            finally:
-                if child.is_alive():
-                    child.kill()
-                child.join()
-                recv.close()
+            return self._in_child(fn, args, what, timeout_s, deadline, on_progress)
         finally:
             self._slots.release()
+
+    def _in_child(self, fn, args, what, timeout_s, deadline, on_progress) -> Any:
+        ctx = self._context()
+        recv, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_child, args=(send, self.memory_bytes, fn, args),
+                            daemon=True, name="specdec-compile")
+        with _without_main_module():
+            child.start()
+        send.close()
+        try:
+            return self._collect(recv, child, what, timeout_s, deadline, on_progress)
+        finally:
+            if child.is_alive():
+                child.kill()
+            child.join()
+            recv.close()
 
     def _collect(self, recv, child, what, timeout_s, deadline, on_progress) -> Any:
         while True:
