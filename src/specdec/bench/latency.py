@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from specdec.bench.settle import settled
 from specdec.bench.workload import chat_prompt_ids, extraction_prompts
 
 
@@ -90,7 +91,7 @@ def main(args: argparse.Namespace) -> dict:
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
-    llm = LLM(**kwargs)
+    llm = settled(LLM(**kwargs))
     print(f"engine: {isa.engine_summary(llm.stats())}")
     prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
@@ -124,7 +125,7 @@ def main(args: argparse.Namespace) -> dict:
               "tasks wanted the cores): not a quiet machine's figure")
     if spec_options:
         del llm
-        spec_llm = LLM(**kwargs, speculative=spec_options)
+        spec_llm = settled(LLM(**kwargs, speculative=spec_options))
         spec = measure(spec_llm, prompts, params, args.repeats, options)
         s = spec["stats"]
         result.update(spec_itl_ms=spec["itl_ms"], spec_speedup=base["itl_ms"] / spec["itl_ms"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from specdec.bench.settle import settled
 from specdec.bench.workload import chat_prompt_ids, extraction_prompts
 
 
@@ -27,7 +28,7 @@ def main(args: argparse.Namespace) -> dict:
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
-    llm = LLM(**kwargs)
+    llm = settled(LLM(**kwargs))
     print(f"engine: {isa.engine_summary(llm.stats())}")
     tok = llm.tokenizer
     prompts = chat_prompt_ids(tok, extraction_prompts(args.num_prompts))
@@ -54,7 +55,7 @@ def main(args: argparse.Namespace) -> dict:
         print(f"specdec greedy outputs alone vs in the batch of {len(prompts)}: "
               f"{result['solo_identical']}/{len(solo)} identical")
     if spec_options:
-        spec_llm = LLM(**kwargs, speculative=spec_options)
+        spec_llm = settled(LLM(**kwargs, speculative=spec_options))
         spec_time, spec_outs = _timed_run(spec_llm, prompts, params)
         spec_tokens = sum(len(o.token_ids) for o in spec_outs)
         s = spec_llm.stats()
