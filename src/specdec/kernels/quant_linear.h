@@ -272,16 +272,20 @@ constexpr int64_t kRowChunk = 64;  // a multiple of kQuantTile
 // ------------------------------------------------------ x quantisation ---
 
 // x rows as int8 blocks of 32 (the last padded with zeros): per block dx = amax / 127,
-// float(sum q) * dx, and the integer sums per 32 and per 16.
+// float(sum q) * dx, and the integer sums per 32 and per 16. Stored tile-major, a tile
+// of kQuantTile rows block by block ([T / kQuantTile][blocks][kQuantTile]), so a tile's
+// rows sit at fixed offsets from one pointer and the kernels need no pointer per row.
 struct QuantizedRows {
   int64_t blocks = 0;      // 32-blocks per row
-  std::vector<int8_t> q;   // [T, blocks * 32]
-  std::vector<float> d;    // [T, blocks]
-  std::vector<float> s;    // [T, blocks]: float(sum q) * d
-  std::vector<int32_t> s32;  // [T, blocks]
-  std::vector<int32_t> s16;  // [T, 2 blocks]
+  std::vector<int8_t> q;   // [tiles, blocks, kQuantTile, 32]
+  std::vector<float> d;    // [tiles, blocks, kQuantTile]
+  std::vector<float> s;    // [tiles, blocks, kQuantTile]: float(sum q) * d
+  std::vector<int32_t> s32;  // [tiles, blocks, kQuantTile]
+  std::vector<int32_t> s16;  // [tiles, blocks, kQuantTile, 2]
 
-  const int8_t* q_at(int64_t t, int64_t b) const { return q.data() + (t * blocks + b) * 32; }
+  // Index of row t0 + r, block b, for a tile start t0 (a multiple of kQuantTile).
+  int64_t at(int64_t t0, int64_t r, int64_t b) const { return t0 * blocks + b * kQuantTile + r; }
+  int64_t at(int64_t t, int64_t b) const { return at(t - t % kQuantTile, t % kQuantTile, b); }
 };
 
 // dx = amax / 127, q = nearbyint(x / dx) (0 where the block is all zeros), vectorised:
@@ -329,15 +333,16 @@ template <typename T>
 QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
   QuantizedRows out;
   const int64_t nb = out.blocks = (in + 31) / 32;
-  out.q.assign(rows * nb * 32, 0);
-  out.d.assign(rows * nb, 0.f);
-  out.s.assign(rows * nb, 0.f);
-  out.s32.assign(rows * nb, 0);
-  out.s16.assign(rows * nb * 2, 0);
+  const int64_t n = (rows + kQuantTile - 1) / kQuantTile * kQuantTile * nb;
+  out.q.assign(n * 32, 0);
+  out.d.assign(n, 0.f);
+  out.s.assign(n, 0.f);
+  out.s32.assign(n, 0);
+  out.s16.assign(n * 2, 0);
   at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i = r * nb + b;
+        const int64_t i = out.at(r, b);
         int8_t* q = out.q.data() + i * 32;
         quantize_block(x + r * in + b * 32, std::min<int64_t>(in - b * 32, 32), q, out.d[i]);
         int32_t lo = 0, hi = 0;
@@ -549,13 +554,18 @@ inline void unpack_nibbles(const uint8_t* p, VB (&w)[8]) {
 template <int R, int S>
 inline void span_u(VF (&acc)[R], const VB* w, VF sc, const QuantizedRows& x, int64_t t0,
                    int64_t b, int s0, const int32_t* init, int init_mul) {
-  for (int r = 0; r < R; ++r) {
-    const int64_t t = t0 + r;
-    VA ia = iset1(init_mul * init[t * x.blocks * (S == 4 ? 2 : 1) + (S == 4 ? 2 * b + s0 / 4 : b)]);
-    const int8_t* xq = x.q_at(t, b) + 4 * s0;
-    ia = dot_span<S, S == 4 ? 2 : 8>(ia, w, xq);  // S = 4: Q6_K's 6-bit spans of 16
-    acc[r] = vfma(cvt(ia), vmul(sc, vset1(x.d[t * x.blocks + b])), acc[r]);
-  }
+  const int64_t i0 = x.at(t0, 0, b);
+  VA ia[R];
+  for (int r = 0; r < R; ++r) ia[r] = iset1(init_mul * (S == 4 ? init[2 * (i0 + r) + s0 / 4] : init[i0 + r]));
+#if defined(__AVX512VNNI__)
+  // Row by row within each step: R independent dpbusd chains, not one chain per row.
+  for (int s = 0; s < S; ++s)
+    for (int r = 0; r < R; ++r) ia[r] = dot_u(ia[r], w[s], x.q.data() + (i0 + r) * 32 + 4 * (s0 + s));
+#else
+  for (int r = 0; r < R; ++r)  // S = 4: Q6_K's 6-bit spans of 16
+    ia[r] = dot_span<S, S == 4 ? 2 : 8>(ia[r], w, x.q.data() + (i0 + r) * 32 + 4 * s0);
+#endif
+  for (int r = 0; r < R; ++r) acc[r] = vfma(cvt(ia[r]), vmul(sc, vset1(x.d[i0 + r])), acc[r]);
 }
 
 template <GgufFormat F, int R>
@@ -575,7 +585,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
       unpack_nibbles(p + 4 * G, w);
       span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), 0);
       const VF m = ld_half(p + 2 * G);
-      for (int r = 0; r < R; ++r) mins[r] = vfma(m, vset1(x.s[(t0 + r) * x.blocks + b]), mins[r]);
+      for (int r = 0; r < R; ++r) mins[r] = vfma(m, vset1(x.s[x.at(t0, r, b)]), mins[r]);
     } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q = d (u - 128)
       for (int s = 0; s < 8; ++s) w[s] = ldb(p + 2 * G + s * kStep);
       if constexpr (kVnni) {
@@ -585,11 +595,11 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
         for (int s = 0; s < 8; ++s) w[s] = flip128(w[s]), wa[s] = babs(w[s]);
         const VF d = ld_half(p);
         for (int r = 0; r < R; ++r) {
-          const int64_t t = t0 + r;
+          const int64_t i = x.at(t0, r, b);
           VA ia = iset1(0);
-          const int8_t* xq = x.q_at(t, b);
+          const int8_t* xq = x.q.data() + i * 32;
           for (int s = 0; s < 8; ++s) ia = dot_s(ia, w[s], wa[s], xq + 4 * s);
-          acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[t * x.blocks + b])), acc[r]);
+          acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[i])), acc[r]);
         }
       }
     } else if constexpr (F == GgufFormat::kQ4_K) {  // w = d sc_j u - dmin m_j per 32
@@ -600,7 +610,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
         const VF mn = vneg(vmul(dmin, ld_u8f(p + 12 * G + j * G)));
         const int64_t xb = 8 * b + j;
         span_u<R, 8>(acc, w, sc, x, t0, xb, 0, x.s32.data(), 0);
-        for (int r = 0; r < R; ++r) mins[r] = vfma(mn, vset1(x.s[(t0 + r) * x.blocks + xb]), mins[r]);
+        for (int r = 0; r < R; ++r) mins[r] = vfma(mn, vset1(x.s[x.at(t0, r, xb)]), mins[r]);
       }
     } else {  // Q6_K: w = d sc_k (u - 32) per 16
       const VF d = ld_half(p);
