@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from lark.lexer import PatternStr
+from lr_helpers import canonical_automaton
 
 from specdec.structured.cfg.fast_grammar import fast_grammar
 from specdec.structured.cfg.grammar import GrammarTables, _load_with_lark
@@ -27,29 +28,6 @@ GRAMMARS = [
 ]
 
 
-def _automaton(parse_table, names: dict[str, str]) -> tuple:
-    """The LR automaton from its start state, state numbers replaced by visit order and
-    terminal names by their patterns (anonymous terminals may be numbered differently)."""
-    table = LALRTable(parse_table)
-    ids = {table.start_stack[0]: 0}
-    order = [table.start_stack[0]]
-    rows = []
-    for state in order:  # grows while visited
-        moves = [(s, "s", a) if shift else (s, "r", a)
-                 for s, (shift, a) in table.actions[state].items()]
-        moves += [(s, "g", a) for s, a in table.gotos[state].items()]
-        row = []
-        for symbol, kind, arg in sorted(moves, key=lambda m: (m[0], m[1])):
-            if kind != "r":
-                if arg not in ids:
-                    ids[arg] = len(order)
-                    order.append(arg)
-                arg = ids[arg]
-            row.append((names.get(symbol, symbol), kind, arg))
-        rows.append(tuple(row))
-    return tuple(rows), ids.get(table.end_state)
-
-
 @pytest.mark.parametrize("text", [schema_to_lark(s) for s in SCHEMAS] + GRAMMARS)
 def test_same_terminals_and_automaton_as_lark(text):
     fast = fast_grammar(text)
@@ -62,7 +40,8 @@ def test_same_terminals_and_automaton_as_lark(text):
     assert [p for _, p in fast.terminals if not isinstance(p, PatternStr)] == \
         [p for _, p, _ in lark.terminals if not isinstance(p, PatternStr)]
     assert all(priority == 0 for _, _, priority in lark.terminals)
-    assert _automaton(fast.parse_table, fast_names) == _automaton(lark.parse_table, lark_names)
+    assert canonical_automaton(LALRTable(fast.parse_table), fast_names) == \
+        canonical_automaton(LALRTable(lark.parse_table), lark_names)
 
 
 @pytest.mark.parametrize("text", [

@@ -8,12 +8,11 @@ from lark.common import ParserConf
 from lark.exceptions import GrammarError
 from lark.grammar import NonTerminal, Rule, Terminal
 from lark.parsers.lalr_analysis import LALR_Analyzer
+from lr_helpers import SUITE_ROOT, canonical_automaton, suite_grammars
 
-from specdec.bench import schema_suite
 from specdec.structured.cfg import fast_grammar as fg
 from specdec.structured.cfg.lalr import LALRTable
 from specdec.structured.cfg.lalr_build import ReduceConflict, build_lalr
-from specdec.structured.json_schema import schema_to_lark
 
 GRAMMARS = [
     'start: a+ ("x" | "y")* [b c] "x"\na: "0" | "1" | A\nb: B?\nc: (a b)+ | "q"\n'
@@ -24,7 +23,6 @@ GRAMMARS = [
     'start: "a" x | "a" y\nx: "b"\ny: "b"\n',  # LALR, not LR(0)
     'start: "i" start | "i" start "e" start | "o"\n',  # dangling else: shift wins
 ]
-ROOT = schema_suite.suite_root()
 
 
 def _bnf(text: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
@@ -51,23 +49,7 @@ def _lark_table(rules) -> LALRTable:
 
 
 def _automaton(table: LALRTable) -> tuple:
-    """States renumbered in visit order from the start state."""
-    ids = {table.start_stack[0]: 0}
-    order = [table.start_stack[0]]
-    rows = []
-    for state in order:  # grows while visited
-        moves = [(s, "s" if shift else "r", a) for s, (shift, a) in table.actions[state].items()]
-        moves += [(s, "g", a) for s, a in table.gotos[state].items()]
-        row = []
-        for symbol, kind, arg in sorted(moves, key=lambda m: (m[0], m[1])):
-            if kind != "r":
-                if arg not in ids:
-                    ids[arg] = len(order)
-                    order.append(arg)
-                arg = ids[arg]
-            row.append((symbol, kind, arg))
-        rows.append(tuple(row))
-    return tuple(rows), ids.get(table.end_state), len(table.actions)
+    return (*canonical_automaton(table), len(table.actions))
 
 
 def _check_same(text: str) -> None:
@@ -96,19 +78,10 @@ def test_reduce_reduce_conflict_is_refused_like_lark():
     assert fg.fast_grammar(text) is None  # lark loads it and words the error
 
 
-@pytest.mark.skipif(not ROOT.is_dir(), reason=f"JSON-Schema-Test-Suite not at {ROOT}")
+@pytest.mark.skipif(not SUITE_ROOT.is_dir(), reason=f"JSON-Schema-Test-Suite not at {SUITE_ROOT}")
 def test_same_automaton_as_lark_on_every_suite_grammar():
-    from specdec.structured.errors import ConstraintError
-
-    retrieve = schema_suite.local_remotes(ROOT)
     checked = 0
-    for draft in schema_suite.DRAFTS:
-        for _, group in schema_suite.groups(ROOT, draft):
-            try:
-                text = schema_to_lark(group["schema"], retrieve=retrieve, default_draft=draft,
-                                      **schema_suite.SPEC_OPTIONS)
-            except ConstraintError:
-                continue
-            _check_same(text)
-            checked += 1
+    for text in suite_grammars():
+        _check_same(text)
+        checked += 1
     assert checked >= 550

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from lr_helpers import SUITE_ROOT, suite_grammars
 from test_counted_dfa import equivalent
 
-from specdec.bench import schema_suite
 from specdec.structured.cfg.byte_dfa import _general_dfa, regex_to_byte_dfa
 from specdec.structured.cfg.fast_grammar import fast_grammar
 from specdec.structured.cfg.regex_dfa import Unsupported, plain_regex_dfa
-from specdec.structured.json_schema import schema_to_lark
 
 PLAIN = [
     "a.b", ".*", "é+|ü", "(?:ab|c){5,}", "[a-z]{4,10}", "x(?:[0-9]){4}y", "(?:é|ü){4,6}z",
@@ -43,24 +42,14 @@ def test_start_is_state_zero_and_dead_ends_are_trimmed():
     assert dfa.num_states == 3  # start, after "a", accepting
 
 
-ROOT = schema_suite.suite_root()
 
 
-@pytest.mark.skipif(not ROOT.is_dir(), reason=f"JSON-Schema-Test-Suite not at {ROOT}")
+@pytest.mark.skipif(not SUITE_ROOT.is_dir(), reason=f"JSON-Schema-Test-Suite not at {SUITE_ROOT}")
 def test_every_suite_terminal_matches_the_general_construction():
-    from specdec.structured.errors import ConstraintError
-
-    retrieve = schema_suite.local_remotes(ROOT)
     patterns = set()
-    for draft in schema_suite.DRAFTS:
-        for _, group in schema_suite.groups(ROOT, draft):
-            try:
-                text = schema_to_lark(group["schema"], retrieve=retrieve, default_draft=draft,
-                                      **schema_suite.SPEC_OPTIONS)
-            except ConstraintError:
-                continue
-            loaded = fast_grammar(text)
-            patterns.update(p.to_regexp() for _, p in loaded.terminals)
+    for text in suite_grammars():
+        loaded = fast_grammar(text)
+        patterns.update(p.to_regexp() for _, p in loaded.terminals)
     assert len(patterns) > 100
     for pattern in sorted(patterns):
         assert equivalent(regex_to_byte_dfa(pattern), _general_dfa(pattern)), pattern
