@@ -45,6 +45,7 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         self.cpu_share = CpuShare(torch.get_num_threads(),
                                   enabled=config.adaptive_threads and adaptive_by_env())
+        self.step_threads = self.cpu_share.max_threads  # the last step's thread count
         self.pm = make_plugin_manager(
             config.plugins, config.disable_plugins, config.load_entry_points
         )
@@ -162,8 +163,9 @@ class LLMEngine:
     def _share_cores(self) -> None:
         """Run this step on the cores other tasks leave free (core/cpu_share.py)."""
         threads = self.cpu_share.threads()
-        if threads != torch.get_num_threads():
+        if threads != torch.get_num_threads():  # this thread's setting: steps run here
             torch.set_num_threads(threads)
+        self.step_threads = threads
         if threads < self.cpu_share.max_threads:
             self.counters["steps_on_fewer_threads"] += 1
 
@@ -274,7 +276,7 @@ class LLMEngine:
             weight_bytes=self.weight_bytes,
             batch_invariant=self.runner.invariant_attention,  # outputs independent of the batch
             fused_kernels=self.runner.kernels is not None,
-            threads=torch.get_num_threads(),
+            threads=self.step_threads,
         )
         extras, failures = self.hooks.every("specdec_stats")
         for extra in extras:
