@@ -132,14 +132,18 @@ def test_a_script_without_a_main_guard_can_use_constraints(tmp_path, tiny_model_
     assert proc.stdout.split("RESULT stop ")[1].strip().isdigit()
 
 
-def test_a_child_whose_parent_is_gone_exits_without_a_traceback():
+def test_a_worker_whose_parent_is_gone_exits_without_a_traceback():
     script = (
         "import multiprocessing as mp\n"
-        "from specdec.structured.compile_worker import _child, _nothing\n"
-        "recv, send = mp.Pipe(duplex=False)\n"
-        "recv.close()  # the parent exited while its compile ran\n"
-        "_child(send, 2**30, _nothing, ())\n"
+        "from specdec.structured.compile_worker import _KeptVocabularies, _nothing, "
+        "_pickle_job, _serve\n"
+        "parent, child = mp.Pipe(duplex=True)\n"
+        "parent.send_bytes(_pickle_job(_nothing, (), _KeptVocabularies()))\n"
+        "parent.close()  # the parent exited while its compile ran\n"
+        "_serve(child, 2**30)\n"
+        "print('exited')\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == "exited"

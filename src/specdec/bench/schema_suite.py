@@ -87,12 +87,15 @@ def instance_text(data: Any) -> str:
 def check_group(compile_schema: Callable[[Any], Any], encode: Callable[[str], list[int]],
                 draft: str, keyword_file: str, group: dict) -> GroupResult:
     """Compile one group's schema and run its instances (in the calling process)."""
-    from specdec.structured.errors import ConstraintError
+    from specdec.structured.errors import CompileTimeoutError, ConstraintError
 
     result = GroupResult(draft, keyword_file, group["description"], "compiled")
     start = time.perf_counter()
     try:
         compiled = compile_schema(group["schema"], draft)
+    except CompileTimeoutError as exc:
+        result.status, result.message = "timeout", str(exc)[:300]
+        return result
     except ConstraintError as exc:
         result.status, result.message = "unsupported", str(exc)[:300]
         return result
@@ -237,19 +240,24 @@ WARMUP_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
 
 def builtin_backend(tokenizer, additional_properties: str = SPEC_OPTIONS["additional_properties"],
                     root: Path | None = None,
-                    property_order: str = SPEC_OPTIONS["property_order"]):
-    """(compile_schema, encode) for specdec's own compiler, without the disk cache;
-    ``additional_properties``/``property_order``: as :func:`schema_to_lark` takes them.
-
-    Each group compiles in a child forked from a process in the state of a serving
-    engine that has compiled one other schema (:data:`WARMUP_SCHEMA`): lark's one-time
-    set-up done, the common JSON terminals built (as
-    :mod:`~specdec.structured.compile_preload` does in the compile forkserver), the
-    vocabulary trie and the shared JSON-string walks there. Nothing of another group is
-    kept: each child starts from that state.
+                    property_order: str = SPEC_OPTIONS["property_order"],
+                    timeout_s: float = 10.0):
+    """(compile_schema, encode) for specdec's own compiler, as a server compiles: in the
+    compile pool (:mod:`~specdec.structured.compile_worker`: capped worker processes,
+    killed past ``timeout_s``), without the disk cache; ``additional_properties``/
+    ``property_order``: as :func:`schema_to_lark` takes them. The time of a compile is
+    what a request waits: the schema's grammar, the worker's tables and walks, the
+    round trip and the matcher's set-up in this process. One other schema
+    (:data:`WARMUP_SCHEMA`) is compiled first, as by an engine's start-up. The compiled
+    constraints are forgotten before each compile (the suite repeats schemas across
+    groups and drafts): what compiles share stays, as in a server's processes.
     """
-    import specdec.structured.compile_preload  # noqa: F401 - the warm start, as in serving
-    from specdec.structured.compile import compile_spec
+    from specdec.structured.compile import (
+        clear_caches,
+        compile_spec,
+        isolation_ready,
+        start_isolation,
+    )
     from specdec.structured.json_schema import schema_to_lark
     from specdec.structured.spec import ConstraintSpec
     from specdec.structured.vocabulary import token_vocabulary
@@ -257,15 +265,18 @@ def builtin_backend(tokenizer, additional_properties: str = SPEC_OPTIONS["additi
     retrieve = local_remotes(root or suite_root())
     vocab = token_vocabulary(tokenizer, len(tokenizer), frozenset(
         [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []))
-    vocab.byte_trie  # noqa: B018 - per tokenizer, built once before the groups fork
+    vocab.byte_trie  # noqa: B018 - per tokenizer, as at engine start
+    start_isolation()
+    isolation_ready(120.0)
 
     def compile_schema(schema, draft: str = "draft2020-12"):
         grammar = schema_to_lark(schema, additional_properties=additional_properties,
                                  retrieve=retrieve, default_draft=draft,
                                  property_order=property_order,
                                  integer_fraction=SPEC_INTEGER_FRACTION)
+        clear_caches(disk=False)  # a repeated schema is compiled again, not looked up
         return compile_spec(ConstraintSpec("grammar", grammar, "json_schema"), vocab,
-                            use_disk_cache=False)
+                            use_disk_cache=False, isolated=True, timeout_s=timeout_s)
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
@@ -321,10 +332,27 @@ PEERS = {"llguidance": llguidance_backend}
 def run_suite(tokenizer, drafts=DRAFTS, timeout_s: float = 10.0,
               memory_bytes: int = 4 << 30, jobs: int = 2, root: Path | None = None,
               backend=None) -> list[GroupResult]:
+    """Every group through ``backend`` (a peer's (compile_schema, encode), each group in
+    a forked child capped at ``memory_bytes``) or, by default, specdec's compile pool as
+    configured (:func:`~specdec.structured.compile.configure_isolation`), groups checked
+    from ``jobs`` threads of this process."""
     root = root or suite_root()
-    compile_schema, encode = backend or builtin_backend(tokenizer)
     work = [(draft, kw, g) for draft in drafts for kw, g in groups(root, draft)]
-    return run_isolated(work, compile_schema, encode, timeout_s, memory_bytes, jobs)
+    if backend is not None:
+        compile_schema, encode = backend
+        return run_isolated(work, compile_schema, encode, timeout_s, memory_bytes, jobs)
+    compile_schema, encode = builtin_backend(tokenizer, root=root, timeout_s=timeout_s)
+    return run_pooled(work, compile_schema, encode, jobs)
+
+
+def run_pooled(work: list[tuple[str, str, dict]], compile_schema, encode,
+               jobs: int) -> list[GroupResult]:
+    """``check_group`` for each group from ``jobs`` threads of this process: for a
+    backend that isolates its own compiles."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(lambda item: check_group(compile_schema, encode, *item), work))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -349,13 +377,16 @@ def main(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
     from specdec.model.loader import resolve_model_dir
+    from specdec.structured.compile import configure_isolation
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(args.model),
                                               local_files_only=True)
     start = time.perf_counter()
-    backend = builtin_backend(tokenizer, args.additional_properties,
-                              property_order=args.property_order)
-    results = run_suite(tokenizer, args.draft, args.timeout, jobs=args.jobs, backend=backend)
+    configure_isolation(max_workers=args.jobs, memory_bytes=4 << 30)
+    builtin = builtin_backend(tokenizer, args.additional_properties,
+                              property_order=args.property_order, timeout_s=args.timeout)
+    work = [(draft, kw, g) for draft in args.draft for kw, g in groups(suite_root(), draft)]
+    results = run_pooled(work, *builtin, args.jobs)
     summary = summarize(results)
     summary["wall_s"] = time.perf_counter() - start
     print(f"specdec     {format_summary(summary)}")

@@ -53,7 +53,7 @@ _memory = MemoryCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_MEMORY_MIB", 
 _disk = DiskCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_DISK_MIB", "1024")) * MiB)
 _locks: dict[tuple[str, str], threading.Lock] = {}  # keys being compiled now
 _guard = threading.Lock()
-_compiler = ProcessCompiler()  # isolated compiles: one capped child process each
+_compiler = ProcessCompiler()  # isolated compiles: a pool of capped worker processes
 _warmed: set[str] = set()  # vocabularies whose common walks this process has done
 # Whose dear walks every process does once: the strings nearly every schema has (values,
 # property names), not the formats' many states.
@@ -102,20 +102,21 @@ def warm_common_walks(vocab: TokenVocabulary) -> None:
 
 def configure_isolation(max_workers: int | None = None,
                         memory_bytes: int | None = None) -> None:
-    """Set how many compile children may run at once and each one's memory cap."""
+    """Set how many compile workers may run at once and each job's memory cap."""
     global _compiler
+    _compiler.shutdown()
     _compiler = ProcessCompiler(max_workers or _compiler.max_workers,
                                 memory_bytes or _compiler.memory_bytes)
 
 
 def start_isolation() -> None:
-    """Start the compile forkserver now, so the first isolated compile starts warm."""
+    """Start the compile workers now, so the first isolated compile finds one warm."""
     _compiler.start()
 
 
 def isolation_ready(timeout_s: float | None = None) -> bool:
-    """Wait until the compile forkserver has run a first child (True at once without
-    isolation); False if it has not within ``timeout_s``."""
+    """Wait until a first compile worker has answered (True at once without isolation);
+    False if none has within ``timeout_s``."""
     return not ISOLATION or _compiler.ready.wait(timeout_s)
 
 
@@ -147,9 +148,9 @@ def compile_spec(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: b
 
     ``on_valid``: called once the constraint is known to compile (a grammar's tables
     are built; a regex is done), before the rest of the work. It is not called on error.
-    ``isolated``: build what the caches lack in a capped child process (see
+    ``isolated``: build what the caches lack in a capped worker process (see
     :mod:`~specdec.structured.compile_worker`), killed after ``timeout_s``; the caches
-    and the assembled constraint stay in this process. A cache hit starts no child.
+    and the assembled constraint stay in this process. A cache hit sends no job.
     """
     key = (spec.key, vocab.fingerprint)
     with _guard:
@@ -231,7 +232,7 @@ def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
 def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
                     on_valid: Callable[[], None] | None,
                     timeout_s: float | None) -> tuple[CompiledConstraint, int]:
-    """``_build``, with every artifact the disk cache lacks built in a child process."""
+    """``_build``, with every artifact the disk cache lacks built in a worker process."""
     progress = (lambda _: on_valid()) if on_valid is not None else None
     if spec.kind == "grammar":
         tables_path = _cache_path(ConstraintSpec("grammar", spec.source, "").key, "tables")
@@ -241,7 +242,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
             walks_path = _walks_path(tables[0], vocab)
             walks = _disk.load(walks_path) if use_disk_cache else None
         if tables is None or walks is None:
-            vocab.byte_trie  # noqa: B018 - sent built (3 MB, ~3 ms): rebuilding costs ~120 ms
+            vocab.byte_trie  # noqa: B018 - sent built, once per worker: rebuilding costs ~120 ms
             tables_data, walks_data = _compiler.run(
                 _grammar_artifacts, (spec.source, vocab), spec.origin, timeout_s, progress)
             tables = pickle.loads(tables_data), len(tables_data)
@@ -268,14 +269,14 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
 
 
 def _grammar_artifacts(text: str, vocab: TokenVocabulary, send) -> tuple[bytes, bytes]:
-    """In the child: a grammar's tables and compile-time walks, pickled."""
+    """In the worker: a grammar's tables and compile-time walks, pickled."""
     tables = GrammarTables(text, import_paths=_import_paths())
     send("valid")
     return dumps(tables), dumps(CompiledGrammar(tables, vocab).prewalk())
 
 
 def _regex_index(pattern: str, vocab: TokenVocabulary, send) -> bytes:
-    """In the child: a regex's outlines-core index, pickled."""
+    """In the worker: a regex's outlines-core index, pickled."""
     return dumps(build_index(pattern, vocab))
 
 

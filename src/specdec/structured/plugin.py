@@ -11,7 +11,7 @@ the engine option ``structured_backend`` sets the default, ``"builtin"`` if unse
    at most ``validate_wait_s`` to learn whether the constraint compiles (a grammar's
    tables are built, or the compile is done), so a bad constraint is rejected before it
    is queued (ValueError, HTTP 400); a cached one needs no wait. The table build runs in
-   a capped child process (:mod:`~specdec.structured.compile_worker`), killed past the
+   a capped worker process (:mod:`~specdec.structured.compile_worker`), killed past the
    timeout or its memory cap. The rest of the compile
    goes on in the pool while ``request.blocked_reason`` keeps the request out of the
    schedule (others keep running). A compile that fails after the wait or runs past
@@ -68,7 +68,7 @@ DEFAULT_SCHEMA_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_SCHEMA_COMPILE_
 # The longest request_added waits to learn whether a constraint compiles; past it the
 # request is queued blocked and a late compile error fails it instead of rejecting it.
 DEFAULT_VALIDATE_WAIT_S = float(os.environ.get("SPECDEC_GRAMMAR_VALIDATE_WAIT", "0.25"))
-COMPILE_WORKERS = MAX_WORKERS  # threads waiting on compile children (one child each)
+COMPILE_WORKERS = MAX_WORKERS  # threads waiting on compile workers (one worker each)
 MAX_FORCED_DRAFTS = 8  # grammar-forced tokens appended to a request's drafts per step
 
 
