@@ -6,6 +6,8 @@ import time
 import uuid
 from types import SimpleNamespace
 
+import pytest
+
 from specdec.core.request import Request
 from specdec.sampling_params import SamplingParams
 from specdec.structured.compile_worker import ISOLATION
@@ -20,11 +22,23 @@ from specdec.structured.spec import constraint_spec
 BLOWUP = "^(?:[a-z0-9]|[a-z][0-9]){20000}$"
 
 
-def _pathological_schema() -> dict:
+def _slow_terminals() -> dict:
+    """A schema whose terminal DFAs take minutes (the table build)."""
     tag = uuid.uuid4().hex[:8]  # new schema: no cache has it
     branch = {"type": "string", "pattern": BLOWUP}
     return {"type": "object", "properties": {tag: {"anyOf": [
         {"anyOf": [branch, {"type": "integer"}]}, {"type": "array", "items": branch}]}}}
+
+
+def _slow_translation() -> dict:
+    """A schema whose translation to Lark takes minutes: the names no pattern matches
+    (additionalProperties beside 30 patternProperties) are a regex difference."""
+    patterns = {f"^(?:[a-c]{{{i % 7 + 3}}})*q{i}$": {"type": "integer"} for i in range(30)}
+    return {"type": "object", "patternProperties": patterns,
+            "additionalProperties": {"type": "string"}, "title": uuid.uuid4().hex}
+
+
+PATHOLOGICAL = {"terminals": _slow_terminals, "translation": _slow_translation}
 
 
 class _Context:
@@ -49,7 +63,8 @@ def test_schemas_get_the_short_limit_grammar_files_the_long_one():
     assert plugin.timeout_for(grammar) == plugin.compile_timeout_s >= 5.0
 
 
-def test_pathological_schema_is_refused_within_5_s_and_holds_up_no_one(tokenizer):
+@pytest.mark.parametrize("slow_part", PATHOLOGICAL)
+def test_pathological_schema_is_refused_within_5_s_and_holds_up_no_one(tokenizer, slow_part):
     plugin = StructuredOutputPlugin()
     plugin.specdec_engine_started(_Context(tokenizer))  # starts the forkserver
     ready = Request("ready", None, [1], SamplingParams(extra={"json_schema": {
@@ -58,8 +73,10 @@ def test_pathological_schema_is_refused_within_5_s_and_holds_up_no_one(tokenizer
     _wait_unblocked(ready, 60)
     start = time.monotonic()
     slow = Request("slow", None, [1], SamplingParams(
-        extra={"json_schema": _pathological_schema()}))
+        extra={"json_schema": PATHOLOGICAL[slow_part]()}))
     plugin.specdec_request_added(slow)
+    # The calling (engine) thread waited only to learn whether it compiles.
+    assert time.monotonic() - start < plugin.validate_wait_s + 0.5
     assert slow.blocked_reason  # compiling in the background
     small = Request("small", None, [1], SamplingParams(extra={"json_schema": {
         "type": "object", "properties": {uuid.uuid4().hex[:8]: {"type": "integer"}}}}))
@@ -77,3 +94,11 @@ def test_pathological_schema_is_refused_within_5_s_and_holds_up_no_one(tokenizer
 
 def plugin_state(request: Request):
     return request.plugin_data[PLUGIN_NAME]
+
+
+def test_a_slow_schema_spec_is_quick():
+    """The spec (made on the engine thread and in the server's event loop) leaves the
+    schema's translation to the compile."""
+    start = time.monotonic()
+    spec = constraint_spec(json_schema=_slow_translation())
+    assert spec.kind == "json_schema" and time.monotonic() - start < 0.1

@@ -20,6 +20,7 @@ from specdec.server.protocol import ChatCompletionRequest
 from specdec.server.sampling import sampling_params
 from specdec.server.state import State
 from specdec.server.streaming import admit, final_output, finish_reason, sse_events, usage
+from specdec.server.structured_outputs import constraint_field
 from specdec.server.validation import check_unicode
 
 router = APIRouter()
@@ -63,7 +64,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                              top_n if body.logprobs else None, state.request_options)
     prompt = await chat_prompt(state.prompts, body)
     stream = await admit(state.engine, state.metrics, prompt, params, "chatcmpl",
-                         fill_max_tokens=max_tokens is None)
+                         fill_max_tokens=max_tokens is None,
+                         constraint_param=constraint_field(body))
     created, completion_id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex}"
     head = {"id": completion_id, "object": "chat.completion", "created": created,
             "model": state.model_name}

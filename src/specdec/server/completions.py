@@ -15,6 +15,7 @@ from specdec.server.protocol import CompletionRequest
 from specdec.server.sampling import sampling_params
 from specdec.server.state import State
 from specdec.server.streaming import admit, final_output, finish_reason, sse_events, usage
+from specdec.server.structured_outputs import constraint_field
 from specdec.server.validation import check_unicode
 
 router = APIRouter()
@@ -44,7 +45,8 @@ async def create_completion(body: CompletionRequest, request: Request,
     params = sampling_params(body, max_tokens, body.logprobs, state.request_options)
     if isinstance(prompt, str):
         prompt = await state.prompts.tokenize(prompt, "prompt")
-    stream = await admit(state.engine, state.metrics, prompt, params, "cmpl", False)
+    stream = await admit(state.engine, state.metrics, prompt, params, "cmpl", False,
+                         constraint_param=constraint_field(body))
     created, completion_id = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
     head = {"id": completion_id, "object": "text_completion", "created": created,
             "model": state.model_name}

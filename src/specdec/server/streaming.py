@@ -24,6 +24,7 @@ from specdec.server.async_engine import AsyncEngine
 from specdec.server.errors import APIError, BadRequestError
 from specdec.server.metrics import ServerMetrics
 from specdec.server.request_stream import RequestStream
+from specdec.structured.errors import ConstraintError
 
 DISCONNECT_POLL_S = 0.25
 
@@ -36,13 +37,21 @@ class GenerationError(APIError):
 
 
 async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: list[int],
-                params: SamplingParams, prefix: str, fill_max_tokens: bool) -> RequestStream:
-    """Queue the request; the engine's refusal (bad prompt, constraint...) becomes a 400."""
+                params: SamplingParams, prefix: str, fill_max_tokens: bool,
+                constraint_param: str | None = None) -> RequestStream:
+    """Queue the request; the engine's refusal (bad prompt, constraint...) becomes a 400,
+    naming ``constraint_param`` (the body field of the constraint) when the constraint
+    is what was refused."""
     try:
         return await engine.add(prompt, params, prefix, fill_max_tokens=fill_max_tokens)
     except ValueError as exc:
         metrics.request_rejected()
-        raise BadRequestError(str(exc)) from None
+        message, param = str(exc), None
+        if isinstance(exc, ConstraintError) and constraint_param is not None:
+            param = constraint_param
+            if param not in message:
+                message = f"{param}: {message}"
+        raise BadRequestError(message, param=param) from None
 
 
 async def final_output(engine: AsyncEngine, stream: RequestStream,

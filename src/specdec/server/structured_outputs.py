@@ -15,7 +15,8 @@ Body field                                                Engine option (``extra
 
 At most one constraint may be given; two are a 400, never a silent choice. The
 options are checked by the structured plugin when the request is admitted, so an
-invalid schema, regex or grammar is refused before any token is generated.
+invalid schema, regex or grammar is refused before any token is generated; what the
+plugin refuses is a 400 naming the constraint's field (:func:`constraint_field`).
 
 A grammar from a client is Lark text or the name of a shipped grammar, never a path:
 it is checked here, so the 400 names the field, and again (paths off) by the plugin.
@@ -51,23 +52,7 @@ JSON_OBJECT_SCHEMA = {"type": "object"}
 
 def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> dict[str, Any]:
     """The engine options for the constraint the body asks for ({} for none)."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    fmt = body.response_format
-    if fmt is not None:
-        option = _response_format_option(fmt)
-        if option:
-            found.append(("response_format", option))
-    if body.structured_outputs is not None:
-        found.append(("structured_outputs", _vllm_option(body.structured_outputs)))
-    guided = {
-        "json_schema": _schema(body.guided_json, "guided_json"),
-        "regex": body.guided_regex,
-        "choice": body.guided_choice,
-        "grammar": body.guided_grammar,
-    }
-    for name, value in guided.items():
-        if value is not None:
-            found.append((f"guided_{'json' if name == 'json_schema' else name}", {name: value}))
+    found = _constraints(body)
     if len(found) > 1:
         raise BadRequestError(
             f"give one structured-output constraint, got {', '.join(n for n, _ in found)}"
@@ -86,6 +71,35 @@ def structured_options(body: SamplingFields, engine_options: frozenset[str]) -> 
     if body.plugin_fields.get(BACKEND_FIELD, BUILTIN) == BUILTIN:
         _check_constraint(options, found[0][0] if found else None, ws_param)
     return options
+
+
+def constraint_field(body: SamplingFields) -> str | None:
+    """The body field that holds the request's constraint, for the 400 of one the plugin
+    refuses at admission (a JSON schema's keywords are checked by its compile)."""
+    found = _constraints(body)
+    return found[0][0] if len(found) == 1 else None
+
+
+def _constraints(body: SamplingFields) -> list[tuple[str, dict[str, Any]]]:
+    """Each constraint the body gives: (its field, its engine option)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    fmt = body.response_format
+    if fmt is not None:
+        option = _response_format_option(fmt)
+        if option:
+            found.append(("response_format", option))
+    if body.structured_outputs is not None:
+        found.append(("structured_outputs", _vllm_option(body.structured_outputs)))
+    guided = {
+        "json_schema": _schema(body.guided_json, "guided_json"),
+        "regex": body.guided_regex,
+        "choice": body.guided_choice,
+        "grammar": body.guided_grammar,
+    }
+    for name, value in guided.items():
+        if value is not None:
+            found.append((f"guided_{'json' if name == 'json_schema' else name}", {name: value}))
+    return found
 
 
 def _response_format_option(fmt: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """``compile_constraint``: once per (constraint, vocabulary), in memory and on disk.
 
 Disk cache (under ``specdec.paths.structured_dir()``): the LALR
-tables and terminal DFAs of a grammar (keyed by the grammar text), its compile-time
+tables and terminal DFAs of a grammar (keyed by the grammar text, or a JSON schema's
+source: a hit skips the schema's translation too), its compile-time
 vocabulary walks (keyed by the terminal DFAs and vocabulary fingerprint, see
 :mod:`specdec.structured.cfg.prewalk`) and the outlines-core index of a regex (keyed by
 regex and vocabulary fingerprint). Entries are written atomically; an unreadable entry
@@ -32,7 +33,7 @@ from specdec.structured.cfg.walk_store import SHARED as SHARED_WALKS
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
 from specdec.structured.compile_worker import ISOLATION, ProcessCompiler
 from specdec.structured.regex_backend import CompiledRegex, build_index
-from specdec.structured.spec import ConstraintSpec, constraint_spec
+from specdec.structured.spec import ConstraintSpec, constraint_spec, lark_text
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
 
 
@@ -174,18 +175,18 @@ def compile_spec(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: b
 
 def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
     """The vocabulary-independent part of a grammar (parse, LALR tables, terminal DFAs)."""
-    return _grammar_tables(text, use_disk_cache)[0]
+    return _spec_tables(ConstraintSpec("grammar", text, ""), use_disk_cache)[0]
 
 
-def _grammar_tables(text: str, use_disk_cache: bool) -> tuple[GrammarTables, int]:
+def _spec_tables(spec: ConstraintSpec, use_disk_cache: bool) -> tuple[GrammarTables, int]:
+    """The tables of a ``grammar`` or ``json_schema`` spec, with their size."""
     def build() -> GrammarTables:
-        return GrammarTables(text, import_paths=_import_paths())
+        return GrammarTables(lark_text(spec), import_paths=_import_paths())
 
     if not use_disk_cache:  # the size for the memory budget, without pickling
         tables = build()
         return tables, _approximate_bytes(tables)
-    return _cached_artifact(_cache_path(ConstraintSpec("grammar", text, "").key, "tables"),
-                            use_disk_cache, build)
+    return _cached_artifact(_tables_path(spec), use_disk_cache, build)
 
 
 @functools.cache
@@ -207,8 +208,8 @@ def _approximate_bytes(tables: GrammarTables) -> int:
 def _build(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache: bool,
            on_valid: Callable[[], None] | None) -> tuple[CompiledConstraint, int]:
     """The compiled constraint and its size: the bytes of the artifacts it was built from."""
-    if spec.kind == "grammar":
-        tables, tables_bytes = _grammar_tables(spec.source, use_disk_cache)
+    if spec.kind != "regex":
+        tables, tables_bytes = _spec_tables(spec, use_disk_cache)
         if on_valid is not None:
             on_valid()
         path = _walks_path(tables, vocab) if use_disk_cache else None
@@ -234,8 +235,8 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
                     timeout_s: float | None) -> tuple[CompiledConstraint, int]:
     """``_build``, with every artifact the disk cache lacks built in a worker process."""
     progress = (lambda _: on_valid()) if on_valid is not None else None
-    if spec.kind == "grammar":
-        tables_path = _cache_path(ConstraintSpec("grammar", spec.source, "").key, "tables")
+    if spec.kind != "regex":
+        tables_path = _tables_path(spec)
         tables = _disk.load(tables_path) if use_disk_cache else None
         walks = None
         if tables is not None:
@@ -244,7 +245,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
         if tables is None or walks is None:
             vocab.byte_trie  # noqa: B018 - sent built, once per worker: rebuilding costs ~120 ms
             tables_data, walks_data = _compiler.run(
-                _grammar_artifacts, (spec.source, vocab), spec.origin, timeout_s, progress)
+                _grammar_artifacts, (spec, vocab), spec.origin, timeout_s, progress)
             tables = pickle.loads(tables_data), len(tables_data)
             walks = pickle.loads(walks_data), len(walks_data)
             if use_disk_cache:
@@ -268,9 +269,11 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
     return CompiledRegex(spec.source, vocab, loaded[0]), loaded[1]
 
 
-def _grammar_artifacts(text: str, vocab: TokenVocabulary, send) -> tuple[bytes, bytes]:
-    """In the worker: a grammar's tables and compile-time walks, pickled."""
-    tables = GrammarTables(text, import_paths=_import_paths())
+def _grammar_artifacts(spec: ConstraintSpec, vocab: TokenVocabulary,
+                       send) -> tuple[bytes, bytes]:
+    """In the worker: a grammar's or JSON schema's tables and compile-time walks, pickled
+    (a schema's translation to Lark runs here too: some schemas make it slow)."""
+    tables = GrammarTables(lark_text(spec), import_paths=_import_paths())
     send("valid")
     return dumps(tables), dumps(CompiledGrammar(tables, vocab).prewalk())
 
@@ -278,6 +281,10 @@ def _grammar_artifacts(text: str, vocab: TokenVocabulary, send) -> tuple[bytes, 
 def _regex_index(pattern: str, vocab: TokenVocabulary, send) -> bytes:
     """In the worker: a regex's outlines-core index, pickled."""
     return dumps(build_index(pattern, vocab))
+
+
+def _tables_path(spec: ConstraintSpec) -> Path:
+    return _cache_path(spec.key, "tables")  # a grammar's key: its text's (origin aside)
 
 
 def _walks_path(tables: GrammarTables, vocab: TokenVocabulary) -> Path:

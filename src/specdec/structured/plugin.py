@@ -7,16 +7,17 @@ the engine option ``structured_backend`` sets the default, ``"builtin"`` if unse
 
 1. ``specdec_request_added``: check the options (cheap, proportional to them) and
    compile with the request's backend in the compile pool, never on the calling
-   (engine) thread. The caller waits
-   at most ``validate_wait_s`` to learn whether the constraint compiles (a grammar's
-   tables are built, or the compile is done), so a bad constraint is rejected before it
-   is queued (ValueError, HTTP 400); a cached one needs no wait. The table build runs in
-   a capped worker process (:mod:`~specdec.structured.compile_worker`), killed past the
-   timeout or its memory cap. The rest of the compile
-   goes on in the pool while ``request.blocked_reason`` keeps the request out of the
-   schedule (others keep running). A compile that fails after the wait or runs past
-   ``compile_timeout_s`` unblocks the request, which then fails with the error. Either
-   way ``context.work_ready`` is set, so an engine loop waiting on it wakes up.
+   (engine) thread: a JSON schema's translation to a grammar is compile work too. The
+   caller waits at most ``validate_wait_s`` to learn whether the constraint compiles (a
+   grammar's tables are built, or the compile is done), so a bad constraint is rejected
+   before it is queued (ValueError, HTTP 400); a cached one needs no wait (the first
+   one also waits for the workers' start). The translation and the table build run in a
+   capped worker process (:mod:`~specdec.structured.compile_worker`), killed past the
+   timeout or its memory cap. The rest of the compile goes on in the pool while
+   ``request.blocked_reason`` keeps the request out of the schedule (others run). A
+   compile that fails after the wait or runs past ``compile_timeout_s`` unblocks the
+   request, which then fails with the error. Either way ``context.work_ready`` is set,
+   so an engine loop waiting on it wakes up.
 2. ``specdec_schedule`` (last): cut speculative drafts at the first token the grammar
    rejects, so no step is spent verifying them; when speculation is on, extend the
    drafts with grammar-forced tokens (the grammar allows exactly one continuation:
@@ -49,7 +50,12 @@ from specdec.structured.backends import (
     StructuredBackends,
 )
 from specdec.structured.bitmask import allocate_token_bitmask, apply_token_bitmask_
-from specdec.structured.compile import grammar_tables, start_isolation, warm_common_walks
+from specdec.structured.compile import (
+    grammar_tables,
+    isolation_ready,
+    start_isolation,
+    warm_common_walks,
+)
 from specdec.structured.compile_worker import ISOLATION, MAX_WORKERS
 from specdec.structured.errors import CompileTimeoutError, ConstraintError
 from specdec.structured.matcher import Matcher
@@ -68,6 +74,9 @@ DEFAULT_SCHEMA_COMPILE_TIMEOUT_S = float(os.environ.get("SPECDEC_SCHEMA_COMPILE_
 # The longest request_added waits to learn whether a constraint compiles; past it the
 # request is queued blocked and a late compile error fails it instead of rejecting it.
 DEFAULT_VALIDATE_WAIT_S = float(os.environ.get("SPECDEC_GRAMMAR_VALIDATE_WAIT", "0.25"))
+# The first constraint waits this long at most for the compile workers to start, so that
+# it is judged within the validate wait like every later one (a bad one is refused).
+WORKER_START_WAIT_S = 10.0
 COMPILE_WORKERS = MAX_WORKERS  # threads waiting on compile workers (one worker each)
 MAX_FORCED_DRAFTS = 8  # grammar-forced tokens appended to a request's drafts per step
 
@@ -95,6 +104,7 @@ class StructuredOutputPlugin:
         self.backends = StructuredBackends()
         self.default_backend = BUILTIN
         self.work_ready: threading.Event | None = None
+        self._workers_up = False  # the compile workers have answered (or were waited for)
         self._executor = ThreadPoolExecutor(max_workers=COMPILE_WORKERS,
                                             thread_name_prefix="grammar")
         self.counters = {"structured_requests": 0, "structured_mask_rows": 0,
@@ -171,6 +181,10 @@ class StructuredOutputPlugin:
         Returns the compiled constraint if it is done by then; None if it goes on in the
         background (the request is blocked until it ends); raises if it failed.
         """
+        if isinstance(backend, BuiltinBackend) and backend.isolated and not self._workers_up:
+            # Once: the first compile waits for the workers' start (~1 s), not the queue.
+            isolation_ready(WORKER_START_WAIT_S)
+            self._workers_up = True
         valid = threading.Event()  # set once it is known to compile, or when done
         future = self._executor.submit(backend.compile, spec, on_valid=valid.set,
                                        timeout_s=self.timeout_for(spec))

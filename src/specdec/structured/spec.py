@@ -1,10 +1,14 @@
 """A constraint request, normalised: what to compile, before any vocabulary is involved.
 
 ``constraint_spec(grammar=..., regex=..., json_schema=..., choice=...)`` checks that
-exactly one is given, resolves grammar names, turns JSON schemas into Lark grammars
-(``json_schema.py``; ``strict``: closed objects) and choice lists into regexes, and
-raises :class:`ConstraintError` for anything invalid. It is quick and synchronous, so a
-bad request is refused before it is queued.
+exactly one is given, resolves grammar names, turns choice lists into regexes and JSON
+schemas into canonical JSON (the schema with its options: ``whitespace_pattern``,
+``strict`` for closed objects), and raises :class:`ConstraintError` for what it can see
+is invalid. It is quick and synchronous (proportional to the input), so it may run on the
+engine thread and in the server's event loop: nothing here can take long on any input.
+A schema's translation to a Lark grammar (:func:`schema_grammar`, ``json_schema.py``),
+which some schemas make slow, is compile work: it runs with the rest of the compile, in a
+capped worker process, and its refusals arrive as compile errors.
 
 A grammar is Lark text or the name of a shipped grammar (``"json"``, ``"json.lark"``).
 File paths are read only with ``allow_paths=True`` (the offline API and the CLI): the
@@ -15,6 +19,7 @@ no error message quotes a file or tells whether it exists.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import re._constants as _constants  # the stdlib regex parser: syntax tree, no matching
 import re._parser as _regex_parser
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.structured.errors import ConstraintError
-from specdec.structured.json_schema import schema_to_lark
+from specdec.structured.json_schema import schema_to_dict, schema_to_lark
 
 OPTION_NAMES = ("grammar", "regex", "json_schema", "choice")
 SHIPPED_NAME = re.compile(r"[A-Za-z0-9_-]+(\.lark)?")
@@ -34,8 +39,8 @@ RELATIVE_IMPORT = re.compile(r"^\s*%import\s+\.", re.MULTILINE)
 
 @dataclass(frozen=True)
 class ConstraintSpec:
-    kind: str  # "grammar" (Lark text) or "regex"
-    source: str  # the Lark grammar text or the regex
+    kind: str  # "grammar" (Lark text), "json_schema" (see schema_source) or "regex"
+    source: str  # the Lark grammar text, the schema with its options, or the regex
     origin: str  # what the user asked for, for messages ("json.lark", "json_schema")
 
     @property
@@ -70,9 +75,38 @@ def constraint_spec(*, grammar: str | None = None, regex: str | None = None,
     if json_schema is not None:
         if whitespace_pattern is not None:
             check_regex(whitespace_pattern, "whitespace_pattern")
-        return ConstraintSpec("grammar", schema_to_lark(json_schema, whitespace_pattern, strict),
-                              "json_schema")
+        return ConstraintSpec("json_schema", schema_source(json_schema, whitespace_pattern,
+                                                           strict), "json_schema")
     return ConstraintSpec("regex", choice_regex(choice), "choice")
+
+
+def schema_source(schema: Any, whitespace_pattern: str | None = None,
+                  strict: bool = False) -> str:
+    """A JSON schema with its options as one canonical JSON text (a constraint's source
+    and cache key; :func:`schema_grammar` reads it). Keys keep their written order: it is
+    the order properties are generated in."""
+    if not isinstance(schema, bool):
+        schema = schema_to_dict(schema)
+    try:
+        return json.dumps({"schema": schema, "whitespace": whitespace_pattern,
+                           "strict": strict}, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ConstraintError(f"json_schema is not JSON data: {exc}") from None
+    except RecursionError:
+        raise ConstraintError("json_schema is nested too deeply") from None
+
+
+def schema_grammar(source: str) -> str:
+    """The Lark grammar of a ``json_schema`` spec's source: the compile's first step,
+    which may be slow or refuse the schema (:class:`UnsupportedSchemaError`)."""
+    options = json.loads(source)
+    return schema_to_lark(options["schema"], options["whitespace"], options["strict"])
+
+
+def lark_text(spec: ConstraintSpec) -> str:
+    """The Lark grammar a ``grammar`` or ``json_schema`` spec compiles."""
+    return schema_grammar(spec.source) if spec.kind == "json_schema" else spec.source
 
 
 def grammar_text(grammar: str, allow_paths: bool = False) -> str:
