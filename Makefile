@@ -32,6 +32,7 @@ lint: $(STAMP)
 bench-peers: $(STAMP)
 	$(PY) -m pip install -q llguidance
 	$(PY) -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi
+	$(PY) -m pip install -q --no-deps check-jsonschema  # real-world schemas (SchemaStore)
 	$(PY) -m pip install -q llama-cpp-python
 
 bench: $(STAMP)

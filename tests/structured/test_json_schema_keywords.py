@@ -147,6 +147,31 @@ CASES = [
     ({"const": {"foo": "bar", "baz": [1, {"a": 1, "b": 2}]}},
      ['{"baz":[1,{"b":2,"a":1}],"foo":"bar"}', '{"foo":"bar","baz":[1,{"a":1,"b":2}]}'],
      ['{"foo":"bar"}', '{"foo":"bar","foo":"bar"}', '{"foo":"bar","baz":[1,{"a":1}]}']),
+    # allOf of values compares them as JSON does: true is not 1, at any depth
+    ({"allOf": [{"properties": {"a": {"const": True}}}, {"properties": {"a": {"const": 1}}}]},
+     ["{}"], ['{"a":true}', '{"a":1}']),
+    ({"allOf": [{"enum": [True, 2, [1], 3.0]}, {"enum": [1, 2, [True], 3]}]}, ["2", "3"],
+     ["true", "1", "[1]", "[true]"]),
+    ({"allOf": [{"const": 1.0}, {"const": 1}]}, ["1"], ["true", "2"]),
+    ({"enum": ["ab", "cd", "a\nb", "xa"], "pattern": "^a"}, ['"ab"', '"a\\nb"'],
+     ['"cd"', '"xa"']),
+    # oneOf whose options no value satisfies together is their anyOf: types (through allOf
+    # and anyOf), finite values, values failing the other's checks, a required
+    # discriminator property
+    ({"oneOf": [{"type": "null"}, {"allOf": [{"type": "object"}, {"required": ["a"]}]}]},
+     ["null", '{"a":1}'], ["{}", "1"]),
+    ({"oneOf": [{"enum": ["x", "y"]}, {"type": "string", "pattern": "^re:"}]},
+     ['"x"', '"re:a"'], ['"z"', '"xre:"']),
+    ({"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+                 "required": ["kind"]},
+                {"type": "object", "properties": {"kind": {"enum": ["b", "c"]}},
+                 "required": ["kind", "y"]}]},
+     ['{"kind":"a","x":1}', '{"kind":"b","y":2}'], ['{"kind":"a","x":"s"}', '{"kind":"b"}',
+                                                     '{"kind":"d"}', '{"x":1}']),
+    # a discriminator not required in both: {} satisfies both, so it is no answer
+    ({"type": "object", "oneOf": [{"properties": {"k": {"const": "a"}}, "required": ["k"]},
+                                  {"properties": {"k": {"const": "b"}}}]},
+     ['{"k":"a"}', '{"k":"b"}', "{}"], []),
 ]
 
 

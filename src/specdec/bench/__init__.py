@@ -11,4 +11,5 @@ BENCHMARKS = {
     "structured": "specdec.bench.structured",
     "serve": "specdec.bench.serve",
     "schema-suite": "specdec.bench.schema_suite",
+    "real-schemas": "specdec.bench.real_schemas",
 }

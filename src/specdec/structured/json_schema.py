@@ -396,7 +396,7 @@ class _Compiler:
                 continue
             branches.append((merged, f"{where}/{keyword}/{i}"))
             kept.append(option)
-        if keyword == "oneOf" and not _pairwise_disjoint([b for b, _ in branches]):
+        if keyword == "oneOf" and not self.pairwise_exclusive([b for b, _ in branches], where):
             branches = self.exclusive(branches, kept, where)
         # The branches' alternatives side by side, each once: a value two branches
         # accept the same way reduces one way.
@@ -415,6 +415,73 @@ class _Compiler:
         if not isinstance(branch, dict):
             raise ConstraintError(f"schema at {where} must be an object or a boolean")
         return self.alternatives(branch, where, depth)
+
+    def pairwise_exclusive(self, nodes: list[Any], where: str) -> bool:
+        """Whether no value satisfies two of ``nodes`` (then oneOf is their anyOf), as far
+        as :meth:`evidently_exclusive` can tell."""
+        if _pairwise_disjoint(nodes):
+            return True
+        if len(nodes) > MAX_DISTRIBUTED:
+            return False
+        return all(self.evidently_exclusive(a, b, where)
+                   for i, a in enumerate(nodes) for b in nodes[i + 1:])
+
+    def evidently_exclusive(self, a: Any, b: Any, where: str, depth: int = 0) -> bool:
+        """True when no value satisfies both ``a`` and ``b``, seen from their types, their
+        finite value sets, or a property both require whose schemas are exclusive (a
+        discriminator such as ``"kind": {"const": ...}``); False when unsure. Only what
+        each schema itself requires is read, so what else it says can only agree."""
+        a, b = self.in_effect(a, where), self.in_effect(b, where)
+        if a is False or b is False:
+            return True
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return False
+        types_a, types_b = self.types_of(a, where), self.types_of(b, where)
+        if not _compatible_types(types_a, types_b):
+            return True
+        values_a, values_b = _finite_values(a), _finite_values(b)
+        if values_a is not None and values_b is not None:
+            return not any(_json_equal(x, y) for x in values_a for y in values_b)
+        for values, other, other_types in ((values_a, b, types_b), (values_b, a, types_a)):
+            if values is not None and not any(
+                    _compatible_types({_json_type(v)}, other_types) and satisfies(v, other)
+                    for v in values):
+                return True  # none of one's values passes the other's own checks
+        if depth >= MAX_MERGE_DEPTH or not types_a & types_b <= {"object"}:
+            return False
+        shared = set(_names(a.get("required"))) & set(_names(b.get("required")))
+        props_a, props_b = a.get("properties"), b.get("properties")
+        if not isinstance(props_a, dict) or not isinstance(props_b, dict):
+            return False
+        return any(self.evidently_exclusive(props_a[name], props_b[name], where, depth + 1)
+                   for name in sorted(shared) if name in props_a and name in props_b)
+
+    def types_of(self, node: Any, where: str, depth: int = 0) -> set[str]:
+        """The JSON types ``node`` may allow at most: its own, narrowed by its ``allOf``
+        parts and by the union of its ``anyOf``/``oneOf`` options."""
+        types = _possible_types(node)
+        if not isinstance(node, dict) or depth >= 4:
+            return types
+        for part in node.get("allOf", []) if isinstance(node.get("allOf"), list) else []:
+            types = _common_types(types, self.types_of(self.in_effect(part, where), where,
+                                                       depth + 1))
+        for keyword in ("anyOf", "oneOf"):
+            options = node.get(keyword)
+            if isinstance(options, list) and options:
+                union = set().union(*(self.types_of(self.in_effect(o, where), where, depth + 1)
+                                      for o in options))
+                types = _common_types(types, union)
+        return types
+
+    def in_effect(self, node: Any, where: str) -> Any:
+        """``node`` as far as its own keywords go: behind a ``$ref`` alone, or behind any
+        ``$ref`` in drafts where it overrides its siblings."""
+        node = self.deref(node, where)
+        for _ in range(MAX_MERGE_DEPTH):
+            if not (self.legacy and isinstance(node, dict) and "$ref" in node):
+                return node
+            node = self.deref(self.resolve(node["$ref"], node, where), where)
+        return True  # too deep to tell: unsure
 
     def exclusive(self, branches: list[tuple[Any, str]], options: list[Any],
                   where: str) -> list[tuple[Any, str]]:
@@ -534,8 +601,10 @@ class _Compiler:
                     continue
                 if keyword not in merged:
                     merged[keyword] = value
-                elif merged[keyword] == value:
+                elif _identical(merged[keyword], value):
                     continue
+                elif keyword == "const" and not _json_equal(merged[keyword], value):
+                    return False  # two different values: nothing satisfies both
                 else:
                     merged[keyword] = _merge_keyword(keyword, merged[keyword], value, where)
                 origin.setdefault(keyword, set()).add(index)
@@ -828,6 +897,10 @@ def _merge_keyword(keyword: str, a: Any, b: Any, where: str) -> Any:
         return _intersect_types(a, b)
     if keyword == "required":
         return list(dict.fromkeys([*a, *b]))
+    if keyword == "const":  # equal by value (1 and 1.0): different ones were refused above
+        return a
+    if keyword == "enum" and isinstance(a, list) and isinstance(b, list):
+        return [v for v in a if any(_json_equal(v, w) for w in b)]
     numeric = all(isinstance(v, (int, float, Fraction)) and not isinstance(v, bool)
                   for v in (a, b))
     if keyword in _LOWER_BOUNDS and numeric:
@@ -918,6 +991,43 @@ def _pairwise_disjoint(nodes: list[Any]) -> bool:
     return True
 
 
+def _compatible_types(a: set[str], b: set[str]) -> bool:
+    """Whether some value has a type in both (an integer is a number)."""
+    return bool(_common_types(a, b))
+
+
+def _common_types(a: set[str], b: set[str]) -> set[str]:
+    """The types in both sets (``number`` keeps the integers of the other)."""
+    common = a & b
+    if "number" in a and "integer" in b or "number" in b and "integer" in a:
+        common.add("integer")
+    return common
+
+
+def _finite_values(node: dict) -> list[Any] | None:
+    """The values ``node`` allows at most (its ``const`` or ``enum``), or None if unbounded."""
+    if "const" in node:
+        return [node["const"]]
+    enum = node.get("enum")
+    return enum if isinstance(enum, list) else None
+
+
+def _names(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal as JSON text is (``True`` is not ``1``, ``1`` is not ``1.0``): Python's ``==``
+    would merge ``{"const": true}`` with ``{"const": 1}`` as one."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_identical, a, b))
+    return a == b
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -933,8 +1043,15 @@ def _json_type(value: Any) -> str:
 
 
 def _json_equal(a: Any, b: Any) -> bool:
+    """Equal as JSON values (numbers by value; ``true`` is not ``1``, at any depth)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() \
+            and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) \
+            and all(map(_json_equal, a, b))
     return a == b
 
 

@@ -2,14 +2,19 @@
 
 ``enum`` beside other keywords accepts the values that satisfy them all; those
 keywords are evaluated here on each value (numbers by value, string lengths in code
-points, as the specification says). Keywords not listed are refused by the caller.
+points, as the specification says; ``pattern`` by the same ECMA-262 translation the
+grammar uses). Keywords not listed are refused by the caller.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from fractions import Fraction
 from typing import Any
 
+from specdec.structured.json_pattern import pattern_to_json_regex
 from specdec.structured.schema_multiple import exact, is_multiple
 from specdec.structured.schema_not import NON_INTEGER, NOT_IN, NOT_MULTIPLE
 
@@ -22,7 +27,7 @@ _NUMBER_CHECKS = {
 _SIZE_CHECKS = {"minLength": (str, min), "maxLength": (str, max),
                 "minItems": (list, min), "maxItems": (list, max)}
 EVALUATED = frozenset({*_NUMBER_CHECKS, *_SIZE_CHECKS, NON_INTEGER, NOT_IN, NOT_MULTIPLE,
-                       "multipleOf"})
+                       "multipleOf", "pattern"})
 
 
 def satisfies(value: Any, node: dict) -> bool:
@@ -47,4 +52,22 @@ def satisfies(value: Any, node: dict) -> bool:
     avoid = node.get(NOT_MULTIPLE)
     if number and avoid and (not float(value).is_integer() or is_multiple(value, exact(avoid))):
         return False
+    if isinstance(value, str) and "pattern" in node and not matches_pattern(value,
+                                                                             node["pattern"]):
+        return False
     return not (isinstance(value, str) and value in node.get(NOT_IN, ()))
+
+
+def matches_pattern(value: str, pattern: Any) -> bool:
+    """Whether the string ``value`` matches the ECMA-262 ``pattern``, as the grammar
+    decides it: its JSON spelling against the pattern's JSON-text regex (a character
+    JSON can only write as ``\\uXXXX`` matches nothing, as it is never generated)."""
+    if not isinstance(pattern, str):
+        return True  # not a pattern: the grammar's own check refuses it
+    body = json.dumps(value, ensure_ascii=False)[1:-1]
+    return _json_regex(pattern).fullmatch(body) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _json_regex(pattern: str) -> re.Pattern:
+    return re.compile(pattern_to_json_regex(pattern))
