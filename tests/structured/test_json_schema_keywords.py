@@ -274,3 +274,14 @@ def test_union_of_objects_sharing_a_leading_property(compile_for, accepts_exactl
 def test_inexpressible_combinations_are_refused_by_name(schema, keyword):
     with pytest.raises(UnsupportedSchemaError, match=keyword):
         schema_to_lark(schema)
+
+
+def test_union_the_parser_cannot_follow_is_refused_as_a_schema_problem(compile_for):
+    """Two object branches that both accept {"name": "x"} (optional members after a shared
+    one) make the grammar ambiguous: refused, naming the alternatives, not as Lark."""
+    branch = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    schema = {"anyOf": [{**branch, "properties": {**branch["properties"], extra: {}}}
+                        for extra in ("age", "email")]}
+    with pytest.raises(UnsupportedSchemaError, match="alternatives") as info:
+        compile_for(json_schema=schema)
+    assert "Lark" not in str(info.value)

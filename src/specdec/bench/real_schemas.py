@@ -179,6 +179,8 @@ def main(args: argparse.Namespace) -> dict:
 def _reason(outcome: str) -> str:
     """A short category of a refusal: the keyword or limit it names."""
     text = outcome.lower()
+    if "cannot follow" in text:
+        return "ambiguous union"
     for word in ("timeout", "uniqueitems", "oneof", "not at", "pattern", "allof",
                  "unrolled", "lark grammar", "$ref", "format", "propertynames", "if", "not"):
         if word in text:

@@ -32,6 +32,7 @@ from specdec.structured.cfg.grammar import CompiledGrammar, GrammarTables, patte
 from specdec.structured.cfg.walk_store import SHARED as SHARED_WALKS
 from specdec.structured.compile_cache import DiskCache, MemoryCache, MiB, dumps
 from specdec.structured.compile_worker import ISOLATION, ProcessCompiler
+from specdec.structured.errors import ConstraintError, UnsupportedSchemaError
 from specdec.structured.regex_backend import CompiledRegex, build_index
 from specdec.structured.spec import ConstraintSpec, constraint_spec, lark_text
 from specdec.structured.vocabulary import TokenVocabulary, token_vocabulary
@@ -181,12 +182,25 @@ def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
 def _spec_tables(spec: ConstraintSpec, use_disk_cache: bool) -> tuple[GrammarTables, int]:
     """The tables of a ``grammar`` or ``json_schema`` spec, with their size."""
     def build() -> GrammarTables:
-        return GrammarTables(lark_text(spec), import_paths=_import_paths())
+        return _build_tables(spec)
 
     if not use_disk_cache:  # the size for the memory budget, without pickling
         tables = build()
         return tables, _approximate_bytes(tables)
     return _cached_artifact(_tables_path(spec), use_disk_cache, build)
+
+
+def _build_tables(spec: ConstraintSpec) -> GrammarTables:
+    try:
+        return GrammarTables(lark_text(spec), import_paths=_import_paths())
+    except ConstraintError as exc:
+        if spec.kind != "json_schema" or "collision" not in str(exc).lower():
+            raise
+        # The schema's own grammar is not LALR(1): alternatives that overlap, which the
+        # schema compiler could not merge. A schema problem, named as one.
+        raise UnsupportedSchemaError(
+            "json_schema is not supported: alternatives (anyOf, oneOf or a type list) "
+            "overlap in a way the parser cannot follow") from None
 
 
 @functools.cache
@@ -273,7 +287,7 @@ def _grammar_artifacts(spec: ConstraintSpec, vocab: TokenVocabulary,
                        send) -> tuple[bytes, bytes]:
     """In the worker: a grammar's or JSON schema's tables and compile-time walks, pickled
     (a schema's translation to Lark runs here too: some schemas make it slow)."""
-    tables = GrammarTables(lark_text(spec), import_paths=_import_paths())
+    tables = _build_tables(spec)
     send("valid")
     return dumps(tables), dumps(CompiledGrammar(tables, vocab).prewalk())
 

@@ -439,7 +439,7 @@ class _Compiler:
         types_a, types_b = self.types_of(a, where), self.types_of(b, where)
         if not _compatible_types(types_a, types_b):
             return True
-        values_a, values_b = _finite_values(a), _finite_values(b)
+        values_a, values_b = self.values_of(a, where), self.values_of(b, where)
         if values_a is not None and values_b is not None:
             return not any(_json_equal(x, y) for x in values_a for y in values_b)
         for values, other, other_types in ((values_a, b, types_b), (values_b, a, types_a)):
@@ -472,6 +472,19 @@ class _Compiler:
                                       for o in options))
                 types = _common_types(types, union)
         return types
+
+    def values_of(self, node: dict, where: str, depth: int = 0) -> list[Any] | None:
+        """The values ``node`` allows at most: its ``const``/``enum``, narrowed by those of
+        its ``allOf`` parts; None if none of them lists values."""
+        values = _finite_values(node)
+        parts = node.get("allOf") if depth < 4 else None
+        for part in parts if isinstance(parts, list) else []:
+            part = self.in_effect(part, where)
+            found = self.values_of(part, where, depth + 1) if isinstance(part, dict) else None
+            if found is not None:
+                values = found if values is None else \
+                    [v for v in values if any(_json_equal(v, w) for w in found)]
+        return values
 
     def in_effect(self, node: Any, where: str) -> Any:
         """``node`` as far as its own keywords go: behind a ``$ref`` alone, or behind any
