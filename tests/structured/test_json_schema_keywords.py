@@ -276,12 +276,40 @@ def test_inexpressible_combinations_are_refused_by_name(schema, keyword):
         schema_to_lark(schema)
 
 
+NAMED = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def _named_with(extra: str, **more) -> dict:
+    return {**NAMED, "properties": {**NAMED["properties"], extra: {"type": "integer"}}, **more}
+
+
+def test_union_of_plain_objects_is_one_object_grammar(compile_for, accepts_exactly):
+    """Branches that both accept {"name": "x"} (optional members after a shared one):
+    pydantic's Union[A, B]. Determinised into one grammar, each object derived once."""
+    three = {"anyOf": [_named_with("age"), _named_with("email"),
+                       {"type": "object", "properties": {"id": {"type": "integer"}},
+                        "required": ["id"]}]}
+    accepts_exactly(compile_for(json_schema=three),
+                    ['{"name":"x"}', '{"name":"x","age":1}', '{"name":"x","email":2}',
+                     '{"id":3}'],
+                    ['{"name":"x","age":1,"email":2}', '{"age":1}', "{}", '{"name":1}',
+                     '{"name":"x","id":3}', '{"id":3,"name":"x"}', '{"name":"x","age":"1"}'])
+    # a member both list, with different values: the value tells the branches apart
+    valued = {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"},
+                                                          "b": {"type": "string"}},
+                         "required": ["a"]},
+                        {"type": "object", "properties": {"a": {"type": "string"},
+                                                          "c": {"type": "integer"}},
+                         "required": ["a"]}]}
+    accepts_exactly(compile_for(json_schema=valued),
+                    ['{"a":1}', '{"a":1,"b":"x"}', '{"a":"s","c":2}', '{"a":"s"}'],
+                    ['{"a":1,"c":2}', '{"a":"s","b":"x"}', "{}", '{"b":"x"}'])
+
+
 def test_union_the_parser_cannot_follow_is_refused_as_a_schema_problem(compile_for):
-    """Two object branches that both accept {"name": "x"} (optional members after a shared
-    one) make the grammar ambiguous: refused, naming the alternatives, not as Lark."""
-    branch = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
-    schema = {"anyOf": [{**branch, "properties": {**branch["properties"], extra: {}}}
-                        for extra in ("age", "email")]}
+    """Object branches beyond the plain ones (here a maxProperties) that both accept
+    {"name": "x"} make the grammar ambiguous: refused, naming the alternatives."""
+    schema = {"anyOf": [_named_with("age", maxProperties=2), _named_with("email")]}
     with pytest.raises(UnsupportedSchemaError, match="alternatives") as info:
         compile_for(json_schema=schema)
     assert "Lark" not in str(info.value)

@@ -119,6 +119,7 @@ from specdec.structured.schema_strings import (  # noqa: F401 - FORMATS, _COUNTE
 )
 from specdec.structured.schema_strings import count as _count
 from specdec.structured.schema_unevaluated import ALL, evaluated, lowered
+from specdec.structured.schema_union import plain_members, union_of_objects
 from specdec.structured.schema_values import EVALUATED, satisfies
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
@@ -398,9 +399,19 @@ class _Compiler:
             kept.append(option)
         if keyword == "oneOf" and not self.pairwise_exclusive([b for b, _ in branches], where):
             branches = self.exclusive(branches, kept, where)
-        # The branches' alternatives side by side, each once: a value two branches
-        # accept the same way reduces one way.
+        # Plain object branches as one object grammar (see schema_union): an object
+        # two of them accept has one derivation.
         out: list[str] = []
+        plain = [(i, plain_members(self, branch, at))
+                 for i, (branch, at) in enumerate(branches)] if len(branches) > 1 else []
+        plain = [(i, members) for i, members in plain if members is not None]
+        merged = union_of_objects(self, [m for _, m in plain]) if len(plain) > 1 else None
+        if merged is not None:
+            out.append(merged)
+            taken = {i for i, _ in plain}
+            branches = [b for i, b in enumerate(branches) if i not in taken]
+        # The other branches' alternatives side by side, each once: a value two
+        # branches accept the same way reduces one way.
         for branch, at in branches:
             for alternative in self.branch_alternatives(branch, at, depth + 1):
                 if alternative not in out:
