@@ -168,6 +168,12 @@ CASES = [
                  "required": ["kind", "y"]}]},
      ['{"kind":"a","x":1}', '{"kind":"b","y":2}'], ['{"kind":"a","x":"s"}', '{"kind":"b"}',
                                                      '{"kind":"d"}', '{"x":1}']),
+    # closed objects each requiring a name the other never writes: no complement needed
+    ({"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}, "c": {}},
+                 "required": ["a"], "additionalProperties": False},
+                {"type": "object", "properties": {"b": {"type": "integer"}, "c": {}},
+                 "required": ["b"], "additionalProperties": False}]},
+     ['{"a":1}', '{"b":1,"c":2}', '{"a":1,"c":null}'], ['{"c":1}', '{"a":1,"b":2}', "{}"]),
     # a discriminator not required in both: {} satisfies both, so it is no answer
     ({"type": "object", "oneOf": [{"properties": {"k": {"const": "a"}}, "required": ["k"]},
                                   {"properties": {"k": {"const": "b"}}}]},

@@ -119,7 +119,7 @@ from specdec.structured.schema_strings import (  # noqa: F401 - FORMATS, _COUNTE
 )
 from specdec.structured.schema_strings import count as _count
 from specdec.structured.schema_unevaluated import ALL, evaluated, lowered
-from specdec.structured.schema_union import plain_members, union_of_objects
+from specdec.structured.schema_union import is_plain, plain_members, union_of_objects
 from specdec.structured.schema_values import EVALUATED, satisfies
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
@@ -434,8 +434,25 @@ class _Compiler:
             return True
         if len(nodes) > MAX_DISTRIBUTED:
             return False
-        return all(self.evidently_exclusive(a, b, where)
+        return all(self.generated_apart(a, b, where)
                    for i, a in enumerate(nodes) for b in nodes[i + 1:])
+
+    def generated_apart(self, a: Any, b: Any, where: str) -> bool:
+        """Whether no value the grammar writes for ``a`` satisfies ``b`` and none it
+        writes for ``b`` satisfies ``a`` (then their oneOf is exact as their anyOf):
+        no value satisfies both, or each is a plain object (listed names only, see
+        :mod:`schema_union`) the other requires a name it never writes for."""
+        if self.evidently_exclusive(a, b, where):
+            return True
+        return self.writes_outside(a, b, where) and self.writes_outside(b, a, where)
+
+    def writes_outside(self, a: Any, b: Any, where: str) -> bool:
+        """Whether every object written for ``a`` (a plain object schema) lacks a name
+        ``b`` requires, so fails ``b``."""
+        a, b = self.in_effect(a, where), self.in_effect(b, where)
+        if not is_plain(self, a) or not isinstance(b, dict):
+            return False
+        return any(name not in a["properties"] for name in _names(b.get("required")))
 
     def evidently_exclusive(self, a: Any, b: Any, where: str, depth: int = 0) -> bool:
         """True when no value satisfies both ``a`` and ``b``, seen from their types, their

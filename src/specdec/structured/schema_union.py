@@ -24,22 +24,29 @@ PLAIN_KEYWORDS = frozenset({"type", "properties", "required", "additionalPropert
 State = frozenset[tuple[int, int]]  # (branch, index of the last member written; -1: none)
 
 
-def plain_members(compiler: Any, node: Any, where: str) -> list[Member] | None:
-    """The members of ``node`` if it is a plain object schema as the compiler generates
-    it (listed names only, in the order written), else None."""
+def is_plain(compiler: Any, node: Any) -> bool:
+    """Whether ``node`` is a plain object schema as the compiler generates it: objects
+    with listed names only (its ``properties``), in the order written."""
     if not isinstance(node, dict) or compiler.property_order != "written":
-        return None
+        return False
     if any(compiler.is_keyword(k) and k not in PLAIN_KEYWORDS for k in node):
-        return None
+        return False
     if node.get("type") not in ("object", ["object"]):
-        return None
+        return False
     properties, required = node.get("properties"), node.get("required", [])
     if not isinstance(properties, dict) or not isinstance(required, list) \
             or not set(required) <= set(properties):
-        return None
+        return False
     default_extra = compiler.additional_properties == "open"  # listed, closed: none
-    if node.get("additionalProperties", default_extra) is not False:
+    return node.get("additionalProperties", default_extra) is False
+
+
+def plain_members(compiler: Any, node: Any, where: str) -> list[Member] | None:
+    """The members of ``node`` if it is a plain object schema (:func:`is_plain`), else
+    None."""
+    if not is_plain(compiler, node):
         return None
+    properties, required = node["properties"], node.get("required", [])
     members = []
     for name, schema in properties.items():
         value = compiler.value(schema, f"{where}/properties/{name}")
