@@ -41,6 +41,11 @@ CASES = {
     "lookahead whitespace_pattern": (
         {"structured_outputs": {"json": SCHEMA, "whitespace_pattern": "(?=x)"}},
         "structured_outputs.whitespace_pattern", "lookahead"),
+    # refused by the schema's compile (in a worker), after the server's own checks
+    "schema keyword": ({"guided_json": {"type": "array", "uniqueItems": True}},
+                       "guided_json", "uniqueItems"),
+    "vllm schema keyword": ({"structured_outputs": {"json": {"not": {"pattern": "^a"}}}},
+                            "structured_outputs.json", "pattern"),
     "whitespace_pattern alone": ({"guided_whitespace_pattern": " "},
                                  "guided_whitespace_pattern", "JSON schema"),
     "lone surrogate prompt": ({"prompt": "a\ud800"}, "prompt", "surrogate"),

@@ -77,7 +77,18 @@ def constraint_field(body: SamplingFields) -> str | None:
     """The body field that holds the request's constraint, for the 400 of one the plugin
     refuses at admission (a JSON schema's keywords are checked by its compile)."""
     found = _constraints(body)
-    return found[0][0] if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    where, options = found[0]
+    return _field(where, next(k for k in OPTION_NAMES if k in options))
+
+
+def _field(where: str, option: str) -> str:
+    """The body field of ``option`` given in ``where`` (vLLM's structured_outputs names
+    its members)."""
+    if where != "structured_outputs":
+        return where
+    return f"structured_outputs.{VLLM_NAMES.get(option, option)}"
 
 
 def _constraints(body: SamplingFields) -> list[tuple[str, dict[str, Any]]]:
@@ -157,9 +168,7 @@ def _check_constraint(options: dict[str, Any], where: str | None, ws_param: str)
         _as_bad_request(lambda: check_regex(ws, ws_param), ws_param)
     if where is None:
         return
-    name = next(k for k in OPTION_NAMES if k in options)
-    param = where if where != "structured_outputs" else \
-        f"structured_outputs.{VLLM_NAMES.get(name, name)}"
+    param = _field(where, next(k for k in OPTION_NAMES if k in options))
     constraint = {k: options[k] for k in OPTION_NAMES if k in options}
     strict = bool(options.get("strict", False))
     _as_bad_request(lambda: constraint_spec(**constraint, whitespace_pattern=ws,
