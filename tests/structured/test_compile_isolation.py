@@ -147,3 +147,15 @@ def test_a_worker_whose_parent_is_gone_exits_without_a_traceback():
                           timeout=60)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.strip() == "exited"
+
+
+def test_tables_past_the_artifact_bound_are_refused(vocab):
+    """What a worker sends back, the engine process holds: past the bound it is refused."""
+    configure_isolation(max_artifact_bytes=64 << 10)
+    try:
+        with pytest.raises(ConstraintError, match="MiB of tables"):
+            compile_spec(constraint_spec(json_schema={"type": "object", "properties": {
+                f"k{i}": {"type": "string", "maxLength": i} for i in range(1, 40)}}),
+                vocab, use_disk_cache=False, isolated=True, timeout_s=60)
+    finally:
+        configure_isolation(max_artifact_bytes=256 << 20)

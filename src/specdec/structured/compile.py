@@ -56,6 +56,8 @@ _disk = DiskCache(int(os.environ.get("SPECDEC_CONSTRAINT_CACHE_DISK_MIB", "1024"
 _locks: dict[tuple[str, str], threading.Lock] = {}  # keys being compiled now
 _guard = threading.Lock()
 _compiler = ProcessCompiler()  # isolated compiles: a pool of capped worker processes
+# The most an isolated compile may send back: the engine process holds what it receives.
+_max_artifact_bytes = int(os.environ.get("SPECDEC_CONSTRAINT_MAX_MIB", "256")) * MiB
 _warmed: set[str] = set()  # vocabularies whose common walks this process has done
 # Whose dear walks every process does once: the strings nearly every schema has (values,
 # property names), not the formats' many states.
@@ -102,10 +104,15 @@ def warm_common_walks(vocab: TokenVocabulary) -> None:
     CompiledGrammar(tables, vocab).warm_shared_walks()
 
 
-def configure_isolation(max_workers: int | None = None,
-                        memory_bytes: int | None = None) -> None:
-    """Set how many compile workers may run at once and each job's memory cap."""
-    global _compiler
+def configure_isolation(max_workers: int | None = None, memory_bytes: int | None = None,
+                        max_artifact_bytes: int | None = None) -> None:
+    """Set how many compile workers may run at once, each job's memory cap and the most
+    bytes of compiled tables a job may send back (larger: refused as too complex)."""
+    global _compiler, _max_artifact_bytes
+    if max_artifact_bytes is not None:
+        _max_artifact_bytes = max_artifact_bytes
+    if max_workers is None and memory_bytes is None:
+        return
     _compiler.shutdown()
     _compiler = ProcessCompiler(max_workers or _compiler.max_workers,
                                 memory_bytes or _compiler.memory_bytes)
@@ -259,7 +266,8 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
         if tables is None or walks is None:
             vocab.byte_trie  # noqa: B018 - sent built, once per worker: rebuilding costs ~120 ms
             tables_data, walks_data = _compiler.run(
-                _grammar_artifacts, (spec, vocab), spec.origin, timeout_s, progress)
+                _grammar_artifacts, (spec, vocab, _max_artifact_bytes), spec.origin,
+                timeout_s, progress)
             tables = pickle.loads(tables_data), len(tables_data)
             walks = pickle.loads(walks_data), len(walks_data)
             if use_disk_cache:
@@ -275,7 +283,7 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
     path = _cache_path(f"{spec.key}-{vocab.fingerprint}", "index")
     loaded = _disk.load(path) if use_disk_cache else None
     if loaded is None:
-        data = _compiler.run(_regex_index, (spec.source, vocab), spec.origin,
+        data = _compiler.run(_regex_index, (spec.source, vocab, _max_artifact_bytes), spec.origin,
                              timeout_s, progress)
         if use_disk_cache:
             _disk.store(path, data)
@@ -283,18 +291,28 @@ def _build_isolated(spec: ConstraintSpec, vocab: TokenVocabulary, use_disk_cache
     return CompiledRegex(spec.source, vocab, loaded[0]), loaded[1]
 
 
-def _grammar_artifacts(spec: ConstraintSpec, vocab: TokenVocabulary,
+def _grammar_artifacts(spec: ConstraintSpec, vocab: TokenVocabulary, max_bytes: int,
                        send) -> tuple[bytes, bytes]:
     """In the worker: a grammar's or JSON schema's tables and compile-time walks, pickled
     (a schema's translation to Lark runs here too: some schemas make it slow)."""
     tables = _build_tables(spec)
     send("valid")
-    return dumps(tables), dumps(CompiledGrammar(tables, vocab).prewalk())
+    tables_data = _bounded(dumps(tables), max_bytes, spec.origin)
+    walks_data = dumps(CompiledGrammar(tables, vocab).prewalk())
+    return tables_data, _bounded(walks_data, max_bytes - len(tables_data), spec.origin)
 
 
-def _regex_index(pattern: str, vocab: TokenVocabulary, send) -> bytes:
+def _regex_index(pattern: str, vocab: TokenVocabulary, max_bytes: int, send) -> bytes:
     """In the worker: a regex's outlines-core index, pickled."""
-    return dumps(build_index(pattern, vocab))
+    return _bounded(dumps(build_index(pattern, vocab)), max_bytes, "regex")
+
+
+def _bounded(data: bytes, max_bytes: int, what: str) -> bytes:
+    """``data``, unless it is past ``max_bytes``: what the engine process would hold."""
+    if len(data) > max_bytes:
+        raise ConstraintError(f"grammar too complex: compiling {what} built more than "
+                              f"{max_bytes / 2**20:g} MiB of tables")
+    return data
 
 
 def _tables_path(spec: ConstraintSpec) -> Path:
