@@ -319,3 +319,20 @@ def test_union_the_parser_cannot_follow_is_refused_as_a_schema_problem(compile_f
     with pytest.raises(UnsupportedSchemaError, match="alternatives") as info:
         compile_for(json_schema=schema)
     assert "Lark" not in str(info.value)
+
+
+def test_oneof_evidence_ignores_siblings_a_draft7_ref_overrides(compile_for, accepts):
+    """In draft 7 a $ref's siblings are ignored: their `required` and `const` are no
+    evidence that the options exclude each other ({"k": "y"} matches both)."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#",
+              "definitions": {"a": {"type": "object"}},
+              "oneOf": [{"$ref": "#/definitions/a", "required": ["k"],
+                         "properties": {"k": {"const": "x"}}},
+                        {"type": "object", "properties": {"k": {"const": "y"}},
+                         "required": ["k"]}]}
+    try:
+        compiled = compile_for(json_schema=schema)
+    except UnsupportedSchemaError:
+        return  # refusing is exact too
+    assert not accepts(compiled, '{"k":"y"}')
+    assert accepts(compiled, "{}")
