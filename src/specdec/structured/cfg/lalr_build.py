@@ -149,32 +149,39 @@ def _nullable(rules: list[Rule]) -> set[str]:
 
 def _includes_lookback(g: _Items, rules, nts, nt_id, closures, transitions, nullable):
     """lark's ``compute_includes_lookback``: every item of the nonterminal's rules in the
-    state's closure (kernel items too, as lark does) walked to its end."""
+    state's closure (kernel items too, as lark does) walked to its end. A walk step reads
+    one table per state: symbol -> (next state, its nonterminal transition or -1)."""
     includes: list[list[int]] = [[] for _ in nts]
     lookback: list[tuple[int, int, int]] = []  # (state, rule, nonterminal transition)
+    steps: list[dict[str, tuple[int, int]] | None] = [None] * len(transitions)
     by_state: dict[int, dict[str, list[int]]] = {}
-    tail_nullable: dict[int, list[bool]] = {}
+    first_tail: list[int | None] = [None] * len(rules)  # from here on the rest is nullable
+    item_rule, first = g.rule, g.first
     for k, (state, symbol) in enumerate(nts):
         groups = by_state.get(state)
         if groups is None:
             groups = by_state[state] = defaultdict(list)
             for item in closures[state]:
-                groups[rules[g.rule[item]][0]].append(item)
+                groups[rules[item_rule[item]][0]].append(item)
         for item in groups.get(symbol, ()):
-            r = g.rule[item]
+            r = item_rule[item]
             expansion = rules[r][1]
-            tails = tail_nullable.get(r)
-            if tails is None:  # tails[j]: everything after position j is nullable
-                tails = [True] * len(expansion)
-                for j in range(len(expansion) - 2, -1, -1):
-                    tails[j] = tails[j + 1] and expansion[j + 1] in nullable
-                tail_nullable[r] = tails
-            dot = item - g.first[r]
+            tail = first_tail[r]
+            if tail is None:
+                tail = len(expansion) - 1
+                while tail > 0 and expansion[tail] in nullable:
+                    tail -= 1
+                first_tail[r] = tail
+            dot = item - first[r]
             state2 = state
             for j in range(dot, len(expansion)):
-                k2 = nt_id.get((state2, expansion[j]))
-                state2 = transitions[state2][expansion[j]]
-                if k2 is not None and tails[j]:
+                step = steps[state2]
+                if step is None:
+                    step = steps[state2] = {
+                        sym: (target, nt_id.get((state2, sym), -1))
+                        for sym, target in transitions[state2].items()}
+                state2, k2 = step[expansion[j]]
+                if k2 >= 0 and j >= tail:
                     includes[k2].append(k)
             if dot == 0:
                 lookback.append((state2, r, k))
