@@ -336,3 +336,14 @@ def test_oneof_evidence_ignores_siblings_a_draft7_ref_overrides(compile_for, acc
         return  # refusing is exact too
     assert not accepts(compiled, '{"k":"y"}')
     assert accepts(compiled, "{}")
+
+
+def test_oneof_evidence_from_values_the_pattern_check_cannot_decide(compile_for, accepts):
+    """"a\\u0001" matches ^a, though the grammar never writes a control character for a
+    pattern: the enum is no proof that the options exclude each other."""
+    schema = {"oneOf": [{"enum": ["a\u0001", "b"]}, {"type": "string", "pattern": "^a"}]}
+    try:
+        compiled = compile_for(json_schema=schema)
+    except UnsupportedSchemaError:
+        return  # refusing is exact too
+    assert not accepts(compiled, '"a\\u0001"')

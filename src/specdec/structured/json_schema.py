@@ -120,7 +120,7 @@ from specdec.structured.schema_strings import (  # noqa: F401 - FORMATS, _COUNTE
 from specdec.structured.schema_strings import count as _count
 from specdec.structured.schema_unevaluated import ALL, evaluated, lowered
 from specdec.structured.schema_union import is_plain, plain_members, union_of_objects
-from specdec.structured.schema_values import EVALUATED, satisfies
+from specdec.structured.schema_values import EVALUATED, decided_exactly, satisfies
 
 COMPACT_WHITESPACE = r"[ ]?"  # at most one space around punctuation
 MAX_EXPANDED_ITEMS = 64  # maxItems / minItems unrolled into rules up to this count
@@ -472,8 +472,8 @@ class _Compiler:
             return not any(_json_equal(x, y) for x in values_a for y in values_b)
         for values, other, other_types in ((values_a, b, types_b), (values_b, a, types_a)):
             if values is not None and not any(
-                    _compatible_types({_json_type(v)}, other_types) and satisfies(v, other)
-                    for v in values):
+                    _compatible_types({_json_type(v)}, other_types)
+                    and (satisfies(v, other) or not decided_exactly(v)) for v in values):
                 return True  # none of one's values passes the other's own checks
         if depth >= MAX_MERGE_DEPTH or not types_a & types_b <= {"object"}:
             return False

@@ -68,6 +68,17 @@ def matches_pattern(value: str, pattern: Any) -> bool:
     return _json_regex(pattern).fullmatch(body) is not None
 
 
+def decided_exactly(value: Any) -> bool:
+    """Whether :func:`satisfies` is exact on ``value`` both ways: a string with a character
+    JSON can only write as ``\\uXXXX`` (or a lone surrogate) fails every ``pattern`` here
+    although the pattern may match it (right for what the grammar writes, not proof that
+    the value fails)."""
+    if not isinstance(value, str):
+        return True
+    return not any(ord(c) < 0x20 and c not in "\b\f\n\r\t" or 0xD800 <= ord(c) <= 0xDFFF
+                   for c in value)
+
+
 @functools.lru_cache(maxsize=256)
 def _json_regex(pattern: str) -> re.Pattern:
     return re.compile(pattern_to_json_regex(pattern))
