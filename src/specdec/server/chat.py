@@ -65,7 +65,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     prompt = await chat_prompt(state.prompts, body)
     stream = await admit(state.engine, state.metrics, prompt, params, "chatcmpl",
                          fill_max_tokens=max_tokens is None,
-                         constraint_param=constraint_field(body))
+                         constraint_param=lambda: constraint_field(body))
     created, completion_id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex}"
     head = {"id": completion_id, "object": "chat.completion", "created": created,
             "model": state.model_name}

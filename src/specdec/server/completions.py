@@ -46,7 +46,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     if isinstance(prompt, str):
         prompt = await state.prompts.tokenize(prompt, "prompt")
     stream = await admit(state.engine, state.metrics, prompt, params, "cmpl", False,
-                         constraint_param=constraint_field(body))
+                         constraint_param=lambda: constraint_field(body))
     created, completion_id = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
     head = {"id": completion_id, "object": "text_completion", "created": created,
             "model": state.model_name}

@@ -38,18 +38,18 @@ class GenerationError(APIError):
 
 async def admit(engine: AsyncEngine, metrics: ServerMetrics, prompt: list[int],
                 params: SamplingParams, prefix: str, fill_max_tokens: bool,
-                constraint_param: str | None = None) -> RequestStream:
+                constraint_param: Callable[[], str | None] | None = None) -> RequestStream:
     """Queue the request; the engine's refusal (bad prompt, constraint...) becomes a 400,
-    naming ``constraint_param`` (the body field of the constraint) when the constraint
-    is what was refused."""
+    naming the body field ``constraint_param()`` gives when the constraint is what was
+    refused (looked up then only: it re-reads the body's constraint fields)."""
     try:
         return await engine.add(prompt, params, prefix, fill_max_tokens=fill_max_tokens)
     except ValueError as exc:
         metrics.request_rejected()
         message, param = str(exc), None
         if isinstance(exc, ConstraintError) and constraint_param is not None:
-            param = constraint_param
-            if param not in message:
+            param = constraint_param()
+            if param is not None and param not in message:
                 message = f"{param}: {message}"
         raise BadRequestError(message, param=param) from None
 

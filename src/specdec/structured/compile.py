@@ -188,13 +188,10 @@ def grammar_tables(text: str, use_disk_cache: bool = True) -> GrammarTables:
 
 def _spec_tables(spec: ConstraintSpec, use_disk_cache: bool) -> tuple[GrammarTables, int]:
     """The tables of a ``grammar`` or ``json_schema`` spec, with their size."""
-    def build() -> GrammarTables:
-        return _build_tables(spec)
-
     if not use_disk_cache:  # the size for the memory budget, without pickling
-        tables = build()
+        tables = _build_tables(spec)
         return tables, _approximate_bytes(tables)
-    return _cached_artifact(_tables_path(spec), use_disk_cache, build)
+    return _cached_artifact(_tables_path(spec), use_disk_cache, lambda: _build_tables(spec))
 
 
 def _build_tables(spec: ConstraintSpec) -> GrammarTables:

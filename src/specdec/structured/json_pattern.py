@@ -44,6 +44,14 @@ _NOT_SURROGATE: Ranges = [(0, 0xD7FF), (0xE000, MAX_CHAR)]
 _LINE_TERMINATORS: Ranges = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
 
 
+def spelled_by_patterns(text: str) -> bool:
+    """Whether every character of ``text`` is one the pattern regexes spell (raw, or a
+    short escape); the others (controls JSON writes as ``\\uXXXX``, lone surrogates)
+    are left out of every pattern's regex."""
+    return all(ord(c) in _ESCAPES or any(lo <= ord(c) <= hi for lo, hi in _RAW)
+               for c in text)
+
+
 def normalize(ranges: Ranges) -> Ranges:
     out: Ranges = []
     for lo, hi in sorted(r for r in ranges if r[0] <= r[1]):

@@ -14,7 +14,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from specdec.structured.json_pattern import pattern_to_json_regex
+from specdec.structured.json_pattern import pattern_to_json_regex, spelled_by_patterns
 from specdec.structured.schema_multiple import exact, is_multiple
 from specdec.structured.schema_not import NON_INTEGER, NOT_IN, NOT_MULTIPLE
 
@@ -73,10 +73,7 @@ def decided_exactly(value: Any) -> bool:
     JSON can only write as ``\\uXXXX`` (or a lone surrogate) fails every ``pattern`` here
     although the pattern may match it (right for what the grammar writes, not proof that
     the value fails)."""
-    if not isinstance(value, str):
-        return True
-    return not any(ord(c) < 0x20 and c not in "\b\f\n\r\t" or 0xD800 <= ord(c) <= 0xDFFF
-                   for c in value)
+    return not isinstance(value, str) or spelled_by_patterns(value)
 
 
 @functools.lru_cache(maxsize=256)
