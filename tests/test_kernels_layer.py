@@ -4,15 +4,20 @@ Python path and ``decoder_stack`` both run."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType
+from gguf import quants as gq
 from torch import nn
 
 from specdec import kernels
 from specdec.model import packed_linear
 from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup
 from specdec.model.builder import build_model, load_hf_config
+from specdec.model.gguf_weights import GgufTensor
 from specdec.model.projection import kernel_projection, project
+from specdec.model.quant_linear import GgufLinear
 from specdec.model.registry import ModelRegistry, register_builtin_models
 from specdec.speculative.quantize import Int8Linear, quantize_int8
 
@@ -67,6 +72,18 @@ def test_bad_weights_are_rejected():
                        gate_up=plain, down=plain, num_heads=4, eps=1e-5)
 
 
+def gguf_linear(linear: nn.Module, formats: list[str]) -> GgufLinear:
+    """``linear``'s weight quantized by gguf, its rows split evenly into one part per
+    format (several formats: a projection of several segments, as q|k|v can be)."""
+    weight = linear.weight.detach().float().numpy()
+    rows = np.array_split(np.arange(weight.shape[0]), len(formats))
+    parts = [GgufTensor(f"{fmt}.{i}", fmt,
+                        torch.from_numpy(gq.quantize(weight[r], GGMLQuantizationType[fmt])),
+                        weight.shape[1])
+             for i, (fmt, r) in enumerate(zip(formats, rows, strict=True))]
+    return GgufLinear(parts, linear.bias, K)
+
+
 def load_model(model_dir, dtype: torch.dtype, variant: str = "plain"):
     registry = ModelRegistry()
     register_builtin_models(registry)
@@ -76,6 +93,13 @@ def load_model(model_dir, dtype: torch.dtype, variant: str = "plain"):
     elif variant == "module":
         mlp = model.layers[1].mlp
         mlp.down_proj = Doubled(mlp.down_proj)
+    elif variant == "gguf":  # every projection on GGUF blocks: the one-region stack
+        for layer in model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.qkv_proj = gguf_linear(attn.qkv_proj, ["Q4_1", "Q8_0"])
+            attn.o_proj = gguf_linear(attn.o_proj, ["Q4_0"])
+            mlp.gate_up_proj = gguf_linear(mlp.gate_up_proj, ["Q8_0"])
+            mlp.down_proj = gguf_linear(mlp.down_proj, ["Q4_1"])
     return model
 
 
@@ -126,10 +150,11 @@ def prompt_step(model, prompts: list[list[int]], path: str):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("variant", ["plain", "int8", "module"])
+@pytest.mark.parametrize("variant", ["plain", "int8", "module", "gguf"])
 def test_stack_and_per_layer_paths_are_one_forward(tiny_model_dir, dtype, variant):
-    """decoder_stack and the per-layer path run the same layer(): bit-identical hidden
-    states and caches; in float32 both agree with the eager forward."""
+    """decoder_stack (for GGUF layers: gguf_stack.h's one parallel region) and the
+    per-layer path compute the same values: bit-identical hidden states and caches; in
+    float32 both agree with the eager forward."""
     model = load_model(tiny_model_dir, dtype, variant)
     prompts = [list(range(5, 40)), list(range(300, 307))]
     stack, stack_caches = prompt_step(model, prompts, "stack")
@@ -137,9 +162,32 @@ def test_stack_and_per_layer_paths_are_one_forward(tiny_model_dir, dtype, varian
     assert torch.equal(stack, per_layer)
     for a, b in zip(stack_caches, layer_caches, strict=True):
         assert torch.equal(a, b)
-    if dtype == torch.float32:
+    if dtype == torch.float32 and variant != "gguf":  # gguf: int8 activations, not eager's
         eager, _ = prompt_step(model, prompts, "eager")
         torch.testing.assert_close(stack, eager, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gguf_stack_does_not_depend_on_the_thread_count(tiny_model_dir, dtype):
+    """Each thread takes a share of every phase; the values must not depend on how
+    many threads share it (one, two, or more than there are outputs to split)."""
+    model = load_model(tiny_model_dir, dtype, "gguf")
+    kinds = {p.kind for w in model._kernel_weights(K) for p in (w.qkv, w.o_proj, w.gate_up, w.down)}
+    assert kinds == {"gguf"}
+    prompts = [list(range(5, 40)), list(range(300, 307)), [9]]
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 7):
+            torch.set_num_threads(threads)
+            results.append(prompt_step(model, prompts, "stack"))
+    finally:
+        torch.set_num_threads(before)
+    (first, first_caches), *others = results
+    for hidden, caches in others:
+        assert torch.equal(hidden, first)
+        for a, b in zip(caches, first_caches, strict=True):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.skipif(not packed_linear.available(), reason="no oneDNN bf16 here")

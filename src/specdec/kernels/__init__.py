@@ -1,7 +1,8 @@
-"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h``, ``attention_tile.h``,
-``attention_amx.h``, ``tile_linear.h``, ``quant_linear.h`` (projections on raw GGUF
-blocks), ``bf16_linear.h`` (batch-invariant bf16 projections) and ``layer_weights.h``),
-compiled on first use.
+"""Fused CPU kernels (``cpu_kernels.cpp`` with ``vec16.h``, ``row_ops.h``,
+``attention_tile.h``, ``attention_amx.h``, ``tile_linear.h``, ``quant_linear.h``
+(projections on raw GGUF blocks), ``bf16_linear.h`` (batch-invariant bf16 projections),
+``layer_weights.h`` and ``gguf_stack.h`` (a GGUF model's decoder stack in one parallel
+region)), compiled on first use.
 
 The extension is built once per (source, torch version, instruction-set level) into
 the specdec cache directory, with the level's own instruction-set flags (``isa.py``:
@@ -28,8 +29,8 @@ import torch
 from specdec import isa
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-HEADERS = ("vec16.h", "attention_tile.h", "attention_amx.h", "tile_linear.h", "layer_weights.h",
-           "quant_linear.h", "bf16_linear.h")
+HEADERS = ("vec16.h", "row_ops.h", "attention_tile.h", "attention_amx.h", "tile_linear.h",
+           "layer_weights.h", "gguf_stack.h", "quant_linear.h", "bf16_linear.h")
 
 
 def enabled_by_env() -> bool:

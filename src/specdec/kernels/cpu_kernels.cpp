@@ -29,8 +29,10 @@
 #include "attention_amx.h"
 #include "attention_tile.h"
 #include "bf16_linear.h"
+#include "gguf_stack.h"
 #include "layer_weights.h"
 #include "quant_linear.h"
+#include "row_ops.h"
 #include "tile_linear.h"
 #include "vec16.h"
 
@@ -53,37 +55,12 @@ void check_cpu_contiguous(const at::Tensor& t, const char* name) {
 
 // ---------------------------------------------------------------- RMSNorm ---
 
-// residual += x (rounded to the residual dtype, as an eager add would);
-// out = residual * rsqrt(mean(residual^2) + eps) * weight, one rounding.
 template <typename T>
 void add_rms_norm_impl(T* out, T* residual, const T* x, const T* weight, int64_t rows,
                        int64_t n, float eps) {
-  const int64_t nv = n / 16 * 16;
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      T* res = residual + r * n;
-      const T* add = x ? x + r * n : nullptr;
-      Vec16 sum_sq = Vec16::zero();
-      float tail_sq = 0.f;
-      for (int64_t i = 0; i < nv; i += 16) {
-        Vec16 h = Vec16::load(res + i);
-        if (add) {
-          h = round_to<T>(h + Vec16::load(add + i));
-          h.store(res + i);
-        }
-        sum_sq = Vec16::fma(h, h, sum_sq);
-      }
-      for (int64_t i = nv; i < n; ++i) {
-        if (add) res[i] = from_f<T>(to_f(res[i]) + to_f(add[i]));
-        tail_sq += to_f(res[i]) * to_f(res[i]);
-      }
-      const float rstd = 1.f / std::sqrt((sum_sq.sum() + tail_sq) / static_cast<float>(n) + eps);
-      const Vec16 scale = Vec16::broadcast(rstd);
-      T* o = out + r * n;
-      for (int64_t i = 0; i < nv; i += 16)
-        (Vec16::load(res + i) * scale * Vec16::load(weight + i)).store(o + i);
-      for (int64_t i = nv; i < n; ++i) o[i] = from_f<T>(to_f(res[i]) * rstd * to_f(weight[i]));
-    }
+    for (int64_t r = begin; r < end; ++r)
+      add_rms_norm_row(out + r * n, residual + r * n, x ? x + r * n : nullptr, weight, n, eps);
   });
 }
 
@@ -114,22 +91,10 @@ at::Tensor add_rms_norm(const c10::optional<at::Tensor>& x, at::Tensor residual,
 
 template <typename T>
 void silu_mul_impl(T* out, const T* gate_up, int64_t rows, int64_t inter) {
-  const int64_t nv = inter / 16 * 16;
-  const Vec16 one = Vec16::broadcast(1.f), zero = Vec16::zero();
   at::parallel_for(0, rows, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* gate = gate_up + r * 2 * inter;
-      const T* up = gate + inter;
-      T* o = out + r * inter;
-      for (int64_t i = 0; i < nv; i += 16) {
-        const Vec16 g = Vec16::load(gate + i);
-        (g / (one + (zero - g).exp()) * Vec16::load(up + i)).store(o + i);
-      }
-      for (int64_t i = nv; i < inter; ++i) {
-        const float g = to_f(gate[i]);
-        o[i] = from_f<T>(g / (1.f + std::exp(-g)) * to_f(up[i]));
-      }
-    }
+    for (int64_t r = begin; r < end; ++r)
+      silu_mul_range(out + r * inter, gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter,
+                     0, inter);
   });
 }
 
@@ -149,46 +114,16 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
 
 // ------------------------------------------------------ RoPE + KV write ---
 
-// x*cos + rotate_half(x)*sin with each product and the sum rounded to T, exactly as
-// the eager formulation rounds (no fused multiply-add: built with -ffp-contract=off).
-template <typename T>
-inline void rope(T* dst, const T* x, const T* cos, const T* sin, int64_t dim) {
-  const int64_t half = dim / 2, nv = half / 16 * 16;
-  const Vec16 zero = Vec16::zero();
-  for (int64_t i = 0; i < nv; i += 16) {
-    const Vec16 a = Vec16::load(x + i), b = Vec16::load(x + half + i);
-    round_to<T>(round_to<T>(a * Vec16::load(cos + i)) +
-                round_to<T>((zero - b) * Vec16::load(sin + i)))
-        .store(dst + i);
-    round_to<T>(round_to<T>(b * Vec16::load(cos + half + i)) +
-                round_to<T>(a * Vec16::load(sin + half + i)))
-        .store(dst + half + i);
-  }
-  for (int64_t i = nv; i < half; ++i) {
-    const float a = to_f(x[i]), b = to_f(x[i + half]);
-    const float lo = to_f(from_f<T>(a * to_f(cos[i]))) + to_f(from_f<T>(-b * to_f(sin[i])));
-    const float hi = to_f(from_f<T>(b * to_f(cos[i + half]))) +
-                     to_f(from_f<T>(a * to_f(sin[i + half])));
-    dst[i] = from_f<T>(lo);
-    dst[i + half] = from_f<T>(hi);
-  }
-}
-
 template <typename T>
 void rope_write_kv_impl(T* q_out, const T* qkv, const T* cos, const T* sin, T* key_cache,
                         T* value_cache, const int64_t* slots, int64_t tokens, int64_t hq,
                         int64_t hkv, int64_t dim) {
   const int64_t width = (hq + 2 * hkv) * dim;
   at::parallel_for(0, tokens, 8, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const T* src = qkv + t * width;
-      const T* c = cos + t * dim;
-      const T* s = sin + t * dim;
-      for (int64_t h = 0; h < hq; ++h) rope(q_out + (t * hq + h) * dim, src + h * dim, c, s, dim);
-      T* k_dst = key_cache + slots[t] * hkv * dim;
-      for (int64_t h = 0; h < hkv; ++h) rope(k_dst + h * dim, src + (hq + h) * dim, c, s, dim);
-      std::copy(src + (hq + hkv) * dim, src + width, value_cache + slots[t] * hkv * dim);
-    }
+    for (int64_t t = begin; t < end; ++t)
+      rope_write_token(q_out + t * hq * dim, qkv + t * width, cos + t * dim, sin + t * dim,
+                       key_cache + slots[t] * hkv * dim, value_cache + slots[t] * hkv * dim, hq,
+                       hkv, dim);
   });
 }
 
@@ -307,8 +242,48 @@ bool try_amx_attention<BFloat16>(BFloat16* o, const BFloat16* qp, const BFloat16
 }
 #endif
 
+// Whether paged_attention takes the AMX kernel for this dtype and shape (the GGUF
+// stack runs the vector kernel only, so such steps keep the per-operation path).
+bool amx_attention_applies(at::ScalarType dtype, int64_t dim, int64_t block_size) {
+  return dtype == at::kBFloat16 && use_amx_attention && dim % 32 == 0 &&
+         block_size % 16 == 0 && has_amx_attention();
+}
+
 bool supports_head_dim(int64_t dim) {
   return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256;
+}
+
+// The block tables and lengths of a kernel group, checked against the cache and the
+// number of query rows.
+StackAttention check_kernel_group(const at::Tensor& cache, const at::Tensor& block_tables,
+                                  const at::Tensor& query_start, const at::Tensor& query_len,
+                                  const at::Tensor& context_len, int64_t query_rows,
+                                  int64_t block_size, double scale, int64_t sliding_window) {
+  for (const at::Tensor& t : {cache, block_tables, query_start, query_len, context_len})
+    check_cpu_contiguous(t, "paged_attention argument");
+  for (const at::Tensor& t : {block_tables, query_start, query_len, context_len})
+    TORCH_CHECK(t.scalar_type() == at::kInt, "block tables and lengths must be int32");
+  TORCH_CHECK(block_size > 0, "block_size must be positive");
+  const int64_t batch = block_tables.size(0), max_blocks = block_tables.size(1);
+  TORCH_CHECK(query_start.numel() == batch && query_len.numel() == batch &&
+                  context_len.numel() == batch, "one query start, length and context per request");
+  const int64_t num_slots = cache.size(1);
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const int32_t* qs = query_start.data_ptr<int32_t>();
+  const int32_t* ql = query_len.data_ptr<int32_t>();
+  const int32_t* cl = context_len.data_ptr<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(ql[b] >= 1 && ql[b] <= cl[b] && qs[b] >= 0 && qs[b] + ql[b] <= query_rows,
+                "bad query range");
+    const int64_t blocks = (cl[b] + block_size - 1) / block_size;
+    TORCH_CHECK(blocks <= max_blocks, "context longer than the block table");
+    for (int64_t i = 0; i < blocks; ++i)
+      TORCH_CHECK(tables[b * max_blocks + i] >= 0 &&
+                      (tables[b * max_blocks + i] + 1) * block_size <= num_slots,
+                  "block id out of range");
+  }
+  return {tables, max_blocks, qs, ql, cl, batch, block_size, static_cast<float>(scale),
+          sliding_window};
 }
 
 // q, out [T, Hq, D]; cache [2, slots, Hkv, D]; block_tables [B, max_blocks] int32;
@@ -318,31 +293,22 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
                      const at::Tensor& block_tables, const at::Tensor& query_start,
                      const at::Tensor& query_len, const at::Tensor& context_len,
                      int64_t block_size, double scale, int64_t sliding_window) {
-  for (const at::Tensor& t : {out, q, cache, block_tables, query_start, query_len, context_len})
-    check_cpu_contiguous(t, "paged_attention argument");
-  for (const at::Tensor& t : {block_tables, query_start, query_len, context_len})
-    TORCH_CHECK(t.scalar_type() == at::kInt, "block tables and lengths must be int32");
+  check_cpu_contiguous(out, "out");
+  check_cpu_contiguous(q, "q");
   TORCH_CHECK(q.scalar_type() == cache.scalar_type() && out.scalar_type() == q.scalar_type(),
               "q, out and cache must share a dtype");
   const int64_t hq = q.size(1), hkv = cache.size(2), dim = cache.size(3);
   TORCH_CHECK(q.size(2) == dim && hq % hkv == 0 && out.sizes() == q.sizes(), "bad head shapes");
   TORCH_CHECK(supports_head_dim(dim), "paged_attention: unsupported head_dim ", dim);
-  const int64_t batch = block_tables.size(0), max_blocks = block_tables.size(1);
+  const StackAttention group = check_kernel_group(cache, block_tables, query_start, query_len,
+                                                  context_len, q.size(0), block_size, scale,
+                                                  sliding_window);
+  const int64_t batch = group.batch, max_blocks = group.max_blocks;
   const int64_t num_slots = cache.size(1);
-  const int32_t* tables = block_tables.data_ptr<int32_t>();
-  const int32_t* qs = query_start.data_ptr<int32_t>();
-  const int32_t* ql = query_len.data_ptr<int32_t>();
-  const int32_t* cl = context_len.data_ptr<int32_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(ql[b] >= 1 && ql[b] <= cl[b] && qs[b] >= 0 && qs[b] + ql[b] <= q.size(0),
-                "bad query range");
-    const int64_t blocks = (cl[b] + block_size - 1) / block_size;
-    TORCH_CHECK(blocks <= max_blocks, "context longer than the block table");
-    for (int64_t i = 0; i < blocks; ++i)
-      TORCH_CHECK(tables[b * max_blocks + i] >= 0 &&
-                      (tables[b * max_blocks + i] + 1) * block_size <= num_slots,
-                  "block id out of range");
-  }
+  const int32_t* tables = group.tables;
+  const int32_t* qs = group.query_start;
+  const int32_t* ql = group.query_len;
+  const int32_t* cl = group.context_len;
   DISPATCH_FLOAT_BF16(q.scalar_type(), "paged_attention", [&] {
     const scalar_t* key_cache = cache.data_ptr<scalar_t>();
     const scalar_t* value_cache = key_cache + num_slots * hkv * dim;
@@ -769,6 +735,77 @@ at::Tensor layer(at::Tensor h, const c10::optional<at::Tensor>& delta, const Lay
   return project(silu_mul(project(x, w.gate_up)), w.down);
 }
 
+// decoder_stack for layers whose projections are all GGUF blocks: gguf_stack.h's one
+// parallel region, after checking every shape it relies on.
+at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
+                              const std::vector<at::Tensor>& caches,
+                              const at::Tensor& slot_mapping,
+                              const std::vector<std::shared_ptr<LayerWeights>>& layers,
+                              const at::Tensor& final_norm, const at::Tensor& block_tables,
+                              const at::Tensor& query_start, const at::Tensor& query_len,
+                              const at::Tensor& context_len, int64_t block_size, double scale,
+                              int64_t sliding_window, double eps) {
+  for (const at::Tensor& t : {h, cos, sin, slot_mapping, final_norm})
+    check_cpu_contiguous(t, "decoder_stack argument");
+  TORCH_CHECK(h.dim() == 2, "decoder_stack: hidden must be [tokens, hidden]");
+  const int64_t tokens = h.size(0), hidden = h.size(1);
+  const at::Tensor& cache0 = caches.front();
+  TORCH_CHECK(cache0.dim() == 4 && cache0.size(0) == 2, "a KV cache is [2, slots, Hkv, D]");
+  const int64_t num_slots = cache0.size(1), hkv = cache0.size(2), dim = cache0.size(3);
+  TORCH_CHECK(supports_head_dim(dim), "decoder_stack: unsupported head_dim ", dim);
+  const auto dtype = h.scalar_type();
+  TORCH_CHECK(cos.scalar_type() == dtype && sin.scalar_type() == dtype &&
+                  final_norm.scalar_type() == dtype,
+              "hidden, cos, sin and the norms must share a dtype");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == tokens && cos.size(1) == dim &&
+                  sin.sizes() == cos.sizes(), "cos/sin must be [T, head_dim]");
+  TORCH_CHECK(final_norm.numel() == hidden, "final_norm must be [hidden]");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == tokens,
+              "slot_mapping: one int64 slot per token");
+  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t)
+    TORCH_CHECK(slots[t] >= 0 && slots[t] < num_slots, "slot out of range");
+  const LayerWeights& first = *layers.front();
+  const int64_t hq = first.num_heads;
+  TORCH_CHECK(hq % hkv == 0, "query heads must be a multiple of the KV heads");
+  const int64_t inter = first.gate_up.quant->out_features / 2;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    TORCH_CHECK(layers[i] != nullptr, "decoder_stack: a layer is None");
+    const LayerWeights& w = *layers[i];
+    const at::Tensor& c = caches[i];
+    check_cpu_contiguous(c, "cache");
+    TORCH_CHECK(c.sizes() == cache0.sizes() && c.scalar_type() == dtype,
+                "every layer's cache must match the first's shape and the hidden dtype");
+    TORCH_CHECK(w.num_heads == hq, "every layer must have the first's query heads");
+    for (const at::Tensor* n : {&w.input_norm, &w.post_norm}) {
+      check_cpu_contiguous(*n, "norm weight");
+      TORCH_CHECK(n->numel() == hidden && n->scalar_type() == dtype, "norm weights must be [hidden] in the hidden dtype");
+    }
+    auto shape = [](const Projection& p, int64_t in, int64_t out, const char* name) {
+      TORCH_CHECK(p.quant->in_features == in && p.quant->out_features == out, "decoder_stack: ",
+                  name, " is [", p.quant->out_features, ", ", p.quant->in_features,
+                  "], expected [", out, ", ", in, "]");
+    };
+    shape(w.qkv, hidden, (hq + 2 * hkv) * dim, "qkv");
+    shape(w.o_proj, hq * dim, hidden, "o_proj");
+    shape(w.gate_up, hidden, 2 * inter, "gate_up");
+    shape(w.down, inter, hidden, "down");
+  }
+  const StackAttention group = check_kernel_group(cache0, block_tables, query_start, query_len,
+                                                  context_len, tokens, block_size, scale,
+                                                  sliding_window);
+  at::Tensor out = at::empty_like(h);
+  DISPATCH_FLOAT_BF16(dtype, "decoder_stack", [&] {
+    std::vector<scalar_t*> cache_ptrs;
+    for (const at::Tensor& c : caches) cache_ptrs.push_back(c.data_ptr<scalar_t>());
+    gguf_stack<scalar_t>(h.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                         cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(), cache_ptrs,
+                         num_slots, slots, tokens, hidden, hkv, dim, layers,
+                         final_norm.data_ptr<scalar_t>(), static_cast<float>(eps), group);
+  });
+  return out;
+}
+
 // All decoder layers of a step whose attention is one kernel group (block tables and
 // lengths as paged_attention takes them), then the final norm, without returning to
 // Python between layers. h is the residual stream, updated in place.
@@ -781,6 +818,12 @@ at::Tensor decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& 
                          const at::Tensor& context_len, int64_t block_size, double scale,
                          int64_t sliding_window, double eps) {
   TORCH_CHECK(caches.size() == layers.size(), "one KV cache per layer");
+  if (all_gguf(layers) && !amx_attention_applies(h.scalar_type(), caches.front().size(3),
+                                                  block_size)) {
+    return gguf_decoder_stack(h, cos, sin, caches, slot_mapping, layers, final_norm,
+                              block_tables, query_start, query_len, context_len, block_size,
+                              scale, sliding_window, eps);
+  }
   const Attend attend = [&](const at::Tensor& q, const at::Tensor& cache) {
     at::Tensor out = at::empty_like(q);
     paged_attention(out, q, cache, block_tables, query_start, query_len, context_len,

@@ -83,6 +83,11 @@ struct QuantWeight {
     for (const QuantSegment& s : segments) n += s.blocks.numel();
     return n;
   }
+  int64_t groups() const {  // groups of kLanes outputs, across the segments
+    int64_t n = 0;
+    for (const QuantSegment& s : segments) n += s.blocks.size(0);
+    return n;
+  }
 };
 
 namespace quant {
@@ -329,29 +334,42 @@ inline void quantize_block(const T* x, int64_t n, int8_t* q, float& d) {
   quantize32(f, q, d);
 }
 
+// Size out for rows x in (contents left as they are: every block a kernel reads is
+// written by quantize_row_blocks first).
+inline void reset_rows(QuantizedRows& out, int64_t rows, int64_t in) {
+  const int64_t nb = out.blocks = (in + 31) / 32;
+  const int64_t n = (rows + kQuantTile - 1) / kQuantTile * kQuantTile * nb;
+  if (static_cast<int64_t>(out.d.size()) >= n) return;
+  out.q.resize(n * 32);
+  out.d.resize(n);
+  out.s.resize(n);
+  out.s32.resize(n);
+  out.s16.resize(n * 2);
+}
+
+// Blocks b0 .. b1 of row t (x_row: that row's in values).
+template <typename T>
+inline void quantize_row_blocks(const T* x_row, int64_t in, int64_t t, int64_t b0, int64_t b1,
+                                QuantizedRows& out) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i = out.at(t, b);
+    int8_t* q = out.q.data() + i * 32;
+    quantize_block(x_row + b * 32, std::min<int64_t>(in - b * 32, 32), q, out.d[i]);
+    int32_t lo = 0, hi = 0;
+    for (int k = 0; k < 16; ++k) lo += q[k], hi += q[16 + k];
+    out.s16[2 * i] = lo;
+    out.s16[2 * i + 1] = hi;
+    out.s32[i] = lo + hi;
+    out.s[i] = static_cast<float>(lo + hi) * out.d[i];
+  }
+}
+
 template <typename T>
 QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
   QuantizedRows out;
-  const int64_t nb = out.blocks = (in + 31) / 32;
-  const int64_t n = (rows + kQuantTile - 1) / kQuantTile * kQuantTile * nb;
-  out.q.assign(n * 32, 0);
-  out.d.assign(n, 0.f);
-  out.s.assign(n, 0.f);
-  out.s32.assign(n, 0);
-  out.s16.assign(n * 2, 0);
+  reset_rows(out, rows, in);
   at::parallel_for(0, rows, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t i = out.at(r, b);
-        int8_t* q = out.q.data() + i * 32;
-        quantize_block(x + r * in + b * 32, std::min<int64_t>(in - b * 32, 32), q, out.d[i]);
-        int32_t lo = 0, hi = 0;
-        for (int k = 0; k < 16; ++k) lo += q[k], hi += q[16 + k];
-        out.s16[2 * i] = lo;
-        out.s16[2 * i + 1] = hi;
-        out.s32[i] = lo + hi;
-        out.s[i] = static_cast<float>(lo + hi) * out.d[i];
-      }
+    for (int64_t r = r0; r < r1; ++r) quantize_row_blocks(x + r * in, in, r, 0, out.blocks, out);
   });
   return out;
 }
@@ -684,25 +702,27 @@ void run_segment(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x
   }
 }
 
+// y[:, n] for the outputs of the projection's groups g0 .. g1 (counted across its
+// segments), all x rows: a thread's share of a projection.
+template <typename T>
+void quant_groups(const QuantWeight& qw, const QuantizedRows& xq, int64_t rows_x, int64_t g0,
+                  int64_t g1, T* y) {
+  const float* bias = qw.bias.defined() ? qw.bias.data_ptr<float>() : nullptr;
+  int64_t first = 0;
+  for (const QuantSegment& seg : qw.segments) {
+    const int64_t groups = seg.blocks.size(0);
+    const int64_t lo = std::max(g0, first), hi = std::min(g1, first + groups);
+    if (lo < hi) run_segment(seg, xq, rows_x, lo - first, hi - first, bias, y, qw.out_features);
+    first += groups;
+  }
+}
+
 template <typename T>
 void quant_linear_impl(const T* x, T* y, int64_t rows_x, const QuantWeight& qw) {
-  std::vector<int64_t> first;  // first global group of each segment
-  int64_t groups = 0;
-  for (const QuantSegment& s : qw.segments) {
-    first.push_back(groups);
-    groups += s.blocks.size(0);
-  }
   const QuantizedRows xq = quantize_rows(x, rows_x, qw.in_features);
-  const float* bias = qw.bias.defined() ? qw.bias.data_ptr<float>() : nullptr;
   // Whole groups of outputs per thread: never a split reduction, so no thread-count effect.
-  at::parallel_for(0, groups, 1, [&](int64_t a, int64_t z) {
-    for (size_t i = 0; i < qw.segments.size(); ++i) {
-      const QuantSegment& seg = qw.segments[i];
-      const int64_t lo = std::max(a, first[i]), hi = std::min(z, first[i] + seg.blocks.size(0));
-      if (lo < hi)
-        run_segment(seg, xq, rows_x, lo - first[i], hi - first[i], bias, y, qw.out_features);
-    }
-  });
+  at::parallel_for(0, qw.groups(), 1,
+                   [&](int64_t a, int64_t z) { quant_groups(qw, xq, rows_x, a, z, y); });
 }
 
 }  // namespace quant
