@@ -147,6 +147,20 @@ def test_fused_parts_equal_the_separate_projections(dtype):
         assert torch.allclose(y.float(), separate.float() + bias.float(), rtol=2**-7, atol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_out_float_is_the_output_widened(dtype):
+    """out_float (the LM head's logits) writes float32 holding exactly the values the
+    dtype's output has, bias included, for every format of a fused projection."""
+    inf = 256
+    parts = [(f, torch.from_numpy(random_blocks(f, 7 + i, inf, i))) for i, f in enumerate(FORMATS)]
+    x = torch.randn(5, inf).to(dtype)
+    for bias in (None, torch.randn(sum(7 + i for i in range(len(FORMATS)))).to(dtype)):
+        proj = K.Projection.gguf(parts, bias)
+        y = K.project(x, proj, out_float=True)
+        assert y.dtype == torch.float32
+        assert torch.equal(y, K.project(x, proj).float())
+
+
 def test_large_batch_and_leading_dims():
     blocks = random_blocks("Q4_1", 40, 160)
     x = torch.randn(2048, 160)

@@ -178,13 +178,12 @@ inline int64_t cache_slot(const int32_t* table, int64_t p, int64_t block_size) {
   return static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size;
 }
 
-// Ask for the next chunk's K/V rows while this one computes.
+// Ask for the K/V rows of positions p0 .. p1 (one KV head's: row_bytes at offset).
 template <typename T>
-inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t block_size,
-                           const T* key_cache, const T* value_cache, int64_t row_stride,
-                           int64_t offset, int64_t row_bytes) {
-  const int64_t end = std::min<int64_t>(p0 + kChunk, hi);
-  for (int64_t p = p0; p < end; ++p) {
+inline void prefetch_positions(const int32_t* table, int64_t p0, int64_t p1, int64_t block_size,
+                               const T* key_cache, const T* value_cache, int64_t row_stride,
+                               int64_t offset, int64_t row_bytes) {
+  for (int64_t p = p0; p < p1; ++p) {
     const int64_t slot = cache_slot(table, p, block_size);
     const char* k = reinterpret_cast<const char*>(key_cache + slot * row_stride + offset);
     const char* v = reinterpret_cast<const char*>(value_cache + slot * row_stride + offset);
@@ -193,6 +192,15 @@ inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t
       __builtin_prefetch(v + b);
     }
   }
+}
+
+// Ask for the next chunk's K/V rows while this one computes.
+template <typename T>
+inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t block_size,
+                           const T* key_cache, const T* value_cache, int64_t row_stride,
+                           int64_t offset, int64_t row_bytes) {
+  prefetch_positions(table, p0, std::min<int64_t>(p0 + kChunk, hi), block_size, key_cache,
+                     value_cache, row_stride, offset, row_bytes);
 }
 
 // One (request, KV head): its M = q_len x G queries (the G query heads sharing the

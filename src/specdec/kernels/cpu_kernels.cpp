@@ -669,7 +669,7 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed,
 }
 
 // x [T, in] -> [T, out] in x's dtype, through the matmul of the projection's kind.
-at::Tensor project(const at::Tensor& x, const Projection& p) {
+at::Tensor project_in_dtype(const at::Tensor& x, const Projection& p) {
   switch (p.kind) {
     case Projection::Kind::kPlain:
       return at::linear(x, p.weight, p.bias);
@@ -693,6 +693,14 @@ at::Tensor project(const at::Tensor& x, const Projection& p) {
     }
   }
   TORCH_CHECK(false, "project: unknown projection kind");
+}
+
+// project(), or with out_float its values widened to float32 (the GGUF kernel writes
+// them so directly: no second pass over an LM head's logits).
+at::Tensor project(const at::Tensor& x, const Projection& p, bool out_float = false) {
+  if (!out_float) return project_in_dtype(x, p);
+  if (p.kind == Projection::Kind::kGguf) return quant_linear(x, *p.quant, true);
+  return project_in_dtype(x, p).to(at::kFloat);
 }
 
 // ---------------------------------------------------------- decoder layers ---
@@ -905,8 +913,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readonly("num_heads", &LayerWeights::num_heads)
       .def_readonly("eps", &LayerWeights::eps);
 
-  m.def("project", &project, "x W^T (+ bias) through the projection's matmul",
-        py::arg("x"), py::arg("projection"));
+  m.def("project", &project,
+        "x W^T (+ bias) through the projection's matmul; out_float: as float32",
+        py::arg("x"), py::arg("projection"), py::arg("out_float") = false);
   m.def(
       "layer",
       [](at::Tensor h, const c10::optional<at::Tensor>& delta, const LayerWeights& weights,

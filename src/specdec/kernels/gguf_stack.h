@@ -57,6 +57,12 @@ inline std::pair<int64_t, int64_t> share(int64_t n, int tid, int nt) {
   return {n * tid / nt, n * (tid + 1) / nt};
 }
 
+// K/V bytes of its attention tasks' context a thread asks for ahead of the layer's
+// attention (while the norm and q|k|v phases run): the cache rows come from memory
+// (the weights streamed since evicted them), and the kernel's own one-chunk-ahead
+// prefetch leaves its first chunks waiting on memory latency.
+constexpr int64_t kKvPrefetchBytes = 256 << 10;
+
 // Split the (request, KV head) attention tasks, request-major, into nt contiguous
 // ranges of about equal work (queries x context): bounds[t] .. bounds[t + 1].
 inline std::vector<int64_t> attention_bounds(const StackAttention& a, int64_t hkv, int nt) {
@@ -140,10 +146,23 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         if (xq) quant::quantize_row_blocks(dst + t * hidden, hidden, t, 0, xq->blocks, *xq);
       }
     };
+    // Ask for this thread's attention tasks' cached K/V rows (up to kKvPrefetchBytes).
+    auto prefetch_kv = [&](const T* key_cache, const T* value_cache) {
+      const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+      int64_t budget = stack::kKvPrefetchBytes / (2 * row_bytes);  // positions
+      for (int64_t task = bounds[tid]; task < bounds[tid + 1] && budget > 0; ++task) {
+        const int64_t b = task / hkv, known = attn.context_len[b] - attn.query_len[b];
+        const int64_t lo = attn.sliding_window > 0 ? std::max<int64_t>(0, known - attn.sliding_window) : 0;
+        const int64_t hi = std::min(known, lo + budget);
+        prefetch_positions(attn.tables + b * attn.max_blocks, lo, hi, attn.block_size, key_cache,
+                           value_cache, hkv * dim, task % hkv * dim, row_bytes);
+        budget -= hi - lo;
+      }
+    };
     // This thread's groups of a projection's outputs, all rows.
     auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y) {
       const auto [g0, g1] = stack::share(p.quant->groups(), tid, nt);
-      quant::quant_groups(*p.quant, xq, tokens, g0, g1, y);
+      quant::quant_groups<T>(*p.quant, xq, tokens, g0, g1, y);
     };
     // This thread's (row, 32-block) items of a [T, n] input: body(t, b), in order.
     auto blocks = [&](int64_t n, auto body) {
@@ -158,6 +177,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       T* key_cache = caches[li];
       T* value_cache = key_cache + num_slots * hkv * dim;
       norm_rows(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps, x, &xq_hidden);
+      prefetch_kv(key_cache, value_cache);
 #pragma omp barrier
       project(w.qkv, xq_hidden, qkv);
 #pragma omp barrier

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -659,10 +660,18 @@ inline void group_rows(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
   group_tile<F, R>(g, blocks, x, t0, out);
 }
 
+// v rounded to T (the activations' dtype), stored as Out (T, or float32 holding the
+// T-rounded value: what a cast of the T output would give, without the second pass).
+template <typename T, typename Out>
+inline Out round_out(float v) {
+  if constexpr (std::is_same_v<T, Out>) return from_f<T>(v);
+  else return static_cast<Out>(to_f(from_f<T>(v)));
+}
+
 // y[:, row0 + n] for the segment's groups g0 .. g1, all x rows.
-template <GgufFormat F, typename T>
+template <GgufFormat F, typename T, typename Out>
 void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
-                    int64_t g1, const float* bias, T* y, int64_t ldy) {
+                    int64_t g1, const float* bias, Out* y, int64_t ldy) {
   const int64_t bytes = seg.blocks.size(1), blocks = bytes / record_bytes(F);
   alignas(64) float out[kQuantTile * kLanes];
   // Chunks of kRowChunk x rows (~100 KB of int8 x at in = 1536) stay in L2 while the
@@ -676,13 +685,13 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
         const int64_t tile = std::min(kQuantTile, rows_x - t0);
         group_rows<F>(w, blocks, x, t0, tile, out);
         for (int64_t r = 0; r < tile; ++r) {
-          T* yr = y + (t0 + r) * ldy + seg.row0 + n0;
+          Out* yr = y + (t0 + r) * ldy + seg.row0 + n0;
           const float* o = out + r * kLanes;
           if (bias) {
             const float* bs = bias + seg.row0 + n0;
-            for (int64_t l = 0; l < lanes; ++l) yr[l] = from_f<T>(o[l] + bs[l]);
+            for (int64_t l = 0; l < lanes; ++l) yr[l] = round_out<T, Out>(o[l] + bs[l]);
           } else {
-            for (int64_t l = 0; l < lanes; ++l) yr[l] = from_f<T>(o[l]);
+            for (int64_t l = 0; l < lanes; ++l) yr[l] = round_out<T, Out>(o[l]);
           }
         }
       }
@@ -690,39 +699,39 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
   }
 }
 
-template <typename T>
+template <typename T, typename Out>
 void run_segment(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
-                 int64_t g1, const float* bias, T* y, int64_t ldy) {
+                 int64_t g1, const float* bias, Out* y, int64_t ldy) {
   switch (seg.format) {
-    case GgufFormat::kQ4_0: return segment_groups<GgufFormat::kQ4_0>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ4_1: return segment_groups<GgufFormat::kQ4_1>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ8_0: return segment_groups<GgufFormat::kQ8_0>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ4_K: return segment_groups<GgufFormat::kQ4_K>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ6_K: return segment_groups<GgufFormat::kQ6_K>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ4_0: return segment_groups<GgufFormat::kQ4_0, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ4_1: return segment_groups<GgufFormat::kQ4_1, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ8_0: return segment_groups<GgufFormat::kQ8_0, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ4_K: return segment_groups<GgufFormat::kQ4_K, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ6_K: return segment_groups<GgufFormat::kQ6_K, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
   }
 }
 
 // y[:, n] for the outputs of the projection's groups g0 .. g1 (counted across its
 // segments), all x rows: a thread's share of a projection.
-template <typename T>
+template <typename T, typename Out = T>
 void quant_groups(const QuantWeight& qw, const QuantizedRows& xq, int64_t rows_x, int64_t g0,
-                  int64_t g1, T* y) {
+                  int64_t g1, Out* y) {
   const float* bias = qw.bias.defined() ? qw.bias.data_ptr<float>() : nullptr;
   int64_t first = 0;
   for (const QuantSegment& seg : qw.segments) {
     const int64_t groups = seg.blocks.size(0);
     const int64_t lo = std::max(g0, first), hi = std::min(g1, first + groups);
-    if (lo < hi) run_segment(seg, xq, rows_x, lo - first, hi - first, bias, y, qw.out_features);
+    if (lo < hi) run_segment<T>(seg, xq, rows_x, lo - first, hi - first, bias, y, qw.out_features);
     first += groups;
   }
 }
 
-template <typename T>
-void quant_linear_impl(const T* x, T* y, int64_t rows_x, const QuantWeight& qw) {
+template <typename T, typename Out = T>
+void quant_linear_impl(const T* x, Out* y, int64_t rows_x, const QuantWeight& qw) {
   const QuantizedRows xq = quantize_rows(x, rows_x, qw.in_features);
   // Whole groups of outputs per thread: never a split reduction, so no thread-count effect.
   at::parallel_for(0, qw.groups(), 1,
-                   [&](int64_t a, int64_t z) { quant_groups(qw, xq, rows_x, a, z, y); });
+                   [&](int64_t a, int64_t z) { quant_groups<T>(qw, xq, rows_x, a, z, y); });
 }
 
 }  // namespace quant
@@ -735,8 +744,10 @@ inline std::vector<std::string> gguf_formats() {
   return names;
 }
 
-// x [..., in] float32 or bfloat16 -> [..., out] in x's dtype.
-inline at::Tensor quant_linear(const at::Tensor& x_in, const QuantWeight& qw) {
+// x [..., in] float32 or bfloat16 -> [..., out] in x's dtype, or with out_float in
+// float32 holding the same x-dtype-rounded values.
+inline at::Tensor quant_linear(const at::Tensor& x_in, const QuantWeight& qw,
+                               bool out_float = false) {
   TORCH_CHECK(x_in.device().is_cpu(), "gguf projection: x must be on the CPU");
   TORCH_CHECK(x_in.dim() >= 1 && x_in.size(-1) == qw.in_features, "gguf projection: x has ",
               x_in.dim() ? x_in.size(-1) : 0, " features, the weight ", qw.in_features);
@@ -744,13 +755,16 @@ inline at::Tensor quant_linear(const at::Tensor& x_in, const QuantWeight& qw) {
   const int64_t rows = x.numel() / qw.in_features;
   auto sizes = x.sizes().vec();
   sizes.back() = qw.out_features;
-  at::Tensor y = at::empty(sizes, x.options());
+  at::Tensor y = at::empty(sizes, x.options().dtype(out_float ? at::kFloat : x.scalar_type()));
   if (rows == 0) return y;
   if (x.scalar_type() == at::kFloat) {
     quant::quant_linear_impl(x.data_ptr<float>(), y.data_ptr<float>(), rows, qw);
   } else {
     TORCH_CHECK(x.scalar_type() == at::kBFloat16, "gguf projection: x must be float32 or bfloat16");
-    quant::quant_linear_impl(x.data_ptr<BFloat16>(), y.data_ptr<BFloat16>(), rows, qw);
+    if (out_float)
+      quant::quant_linear_impl(x.data_ptr<BFloat16>(), y.data_ptr<float>(), rows, qw);
+    else
+      quant::quant_linear_impl(x.data_ptr<BFloat16>(), y.data_ptr<BFloat16>(), rows, qw);
   }
   return y;
 }

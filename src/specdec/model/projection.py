@@ -16,8 +16,8 @@ from specdec.model.quant_linear import GgufLinear
 
 def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torch.Tensor:
     """A projection without nn.Module call overhead (quantised modules keep theirs).
-    ``out_float``: the result (rounded in the model dtype) as float32; the AMX tiles
-    write it so directly, with no separate ``.float()`` pass."""
+    ``out_float``: the result (rounded in the model dtype) as float32; the AMX tiles, the
+    batch-invariant and the GGUF kernels write it so directly, with no ``.float()`` pass."""
     kind = type(module)
     if kind is PackedLinear and x.shape[0] <= module.tile_rows:
         return module.kernels.tile_linear(x, module.tiles, module.bias, out_float=out_float)
@@ -28,8 +28,8 @@ def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torc
         y = F.linear(x, module.weight, module.bias)
     elif kind is PackedLinear:
         y = packed_linear._linear_pointwise(x, module.packed, module.bias, "none", [], "")
-    elif kind is GgufLinear:
-        y = module.kernels.project(x, module.projection)
+    elif kind is GgufLinear:  # the kernel writes float32 itself
+        return module.kernels.project(x, module.projection, out_float)
     else:
         y = module(x)
     return y.float() if out_float else y
