@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from specdec import kernels
 from specdec.model.gguf_weights import PROJECTIONS, read_gguf_weights, unpermute_rows
 from specdec.model.quant_linear import GgufEmbedding, dequantize_blocks
 
@@ -57,12 +58,35 @@ def test_tied_head_blocks_are_the_embedding(dense_and_gguf):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_quantized_embedding_looks_up_the_dense_rows(dense_and_gguf, dtype):
+@pytest.mark.parametrize("with_kernels", [False, True])
+def test_quantized_embedding_looks_up_the_dense_rows(dense_and_gguf, dtype, with_kernels):
     model, weights = dense_and_gguf
-    embedding = GgufEmbedding(weights.tensors["token_embd.weight"], dtype)
+    k = kernels.load() if with_kernels else None
+    if with_kernels and k is None:
+        pytest.skip("no fused kernels at this ISA level")
+    embedding = GgufEmbedding(weights.tensors["token_embd.weight"], dtype, k)
     ids = torch.tensor([[0, 1, 49151], [17, 17, 300]])
     expected = model.embed_tokens.weight.detach()[ids].to(dtype)
     assert torch.equal(embedding(ids), expected)
+    with pytest.raises((IndexError, RuntimeError), match="out of range|out of bounds"):
+        embedding(torch.tensor([49152]))
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_embedding_rows_match_the_torch_dequantization(fmt, dtype):
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    k = kernels.load()
+    if k is None:
+        pytest.skip("no fused kernels at this ISA level")
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((6, 96)).astype(np.float32) * 3
+    raw = torch.from_numpy(quantize(values, GGMLQuantizationType[fmt]).copy()).view(6, 3, -1)
+    ids = torch.tensor([5, 0, 3, 3])
+    expected = dequantize_blocks(fmt, raw[ids]).to(dtype)
+    assert torch.equal(k.gguf_embedding(raw, ids, fmt, dtype), expected)
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q4_1"])

@@ -657,6 +657,58 @@ py::object gguf_property(const Projection& p, int64_t (*get)(const QuantWeight&)
   return py::int_(get(*p.quant));
 }
 
+// -------------------------------------------------- GGUF embedding rows ---
+
+// Rows ids of a GGUF embedding (blocks [rows, blocks per row, block bytes], Q8_0, Q4_0
+// or Q4_1) dequantized to dtype: per block d q (Q8_0), d q + m (Q4_1), d (q - 8) (Q4_0)
+// in float32, two roundings (built with -ffp-contract=off), then one to dtype: the
+// same values as gguf-py's dequantize and quant_linear.py's dequantize_blocks.
+at::Tensor gguf_embedding(const at::Tensor& blocks, const at::Tensor& ids_in,
+                          const std::string& format, at::ScalarType dtype) {
+  check_cpu_contiguous(blocks, "blocks");
+  TORCH_CHECK(blocks.dim() == 3 && blocks.scalar_type() == at::kByte,
+              "gguf_embedding: blocks must be uint8 [rows, blocks, block bytes]");
+  TORCH_CHECK(ids_in.scalar_type() == at::kLong, "gguf_embedding: ids must be int64");
+  const GgufFormatInfo& f = gguf_format(format);
+  TORCH_CHECK(f.block_elems == 32 && f.format != GgufFormat::kQ4_K,
+              "gguf_embedding: Q8_0, Q4_0 or Q4_1 only, not ", format);
+  TORCH_CHECK(blocks.size(2) == f.block_bytes, "gguf_embedding: ", format, " blocks are ",
+              f.block_bytes, " bytes, not ", blocks.size(2));
+  const at::Tensor ids = ids_in.contiguous();
+  const int64_t n = ids.numel(), rows = blocks.size(0), nb = blocks.size(1), dim = nb * 32;
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    TORCH_CHECK(id[i] >= 0 && id[i] < rows, "gguf_embedding: id ", id[i], " out of range");
+  auto sizes = ids.sizes().vec();
+  sizes.push_back(dim);
+  at::Tensor out = at::empty(sizes, blocks.options().dtype(dtype));
+  const uint8_t* base = blocks.data_ptr<uint8_t>();
+  DISPATCH_FLOAT_BF16(dtype, "gguf_embedding", [&] {
+    scalar_t* o = out.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = base + (id[i] * nb + b) * f.block_bytes;
+        scalar_t* dst = o + i * dim + b * 32;
+        const float d = quant::half_at(blk);
+        if (f.format == GgufFormat::kQ8_0) {
+          for (int k = 0; k < 32; ++k)
+            dst[k] = static_cast<scalar_t>(d * static_cast<float>(static_cast<int8_t>(blk[2 + k])));
+          continue;
+        }
+        const bool q41 = f.format == GgufFormat::kQ4_1;
+        const uint8_t* qs = blk + (q41 ? 4 : 2);
+        const float m = q41 ? quant::half_at(blk + 2) : 0.f;
+        for (int k = 0; k < 32; ++k) {  // elements k < 16: low nibbles; k >= 16: high
+          const int q = k < 16 ? qs[k] & 0x0F : qs[k - 16] >> 4;
+          dst[k] = static_cast<scalar_t>(q41 ? d * static_cast<float>(q) + m
+                                             : d * static_cast<float>(q - 8));
+        }
+      }
+    }
+  });
+  return out;
+}
+
 at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed,
                          const c10::optional<at::Tensor>& bias) {
   static const auto op =
@@ -870,6 +922,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
         py::arg("out_float") = false);
   m.def("gguf_formats", &gguf_formats, "GGUF weight formats Projection.gguf runs here");
+  m.def("gguf_embedding", &gguf_embedding, "rows of a Q8_0 / Q4_0 / Q4_1 embedding, dequantized",
+        py::arg("blocks"), py::arg("ids"), py::arg("format"), py::arg("dtype"));
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
 
   py::class_<Projection>(m, "Projection", "a projection's weight in the layout of its matmul")

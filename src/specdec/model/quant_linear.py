@@ -54,12 +54,13 @@ class GgufLinear(nn.Module):
 
 
 class GgufEmbedding(nn.Module):
-    """Token embeddings looked up from quantized rows, returned in ``dtype``."""
+    """Token embeddings looked up from quantized rows, returned in ``dtype``: by the fused
+    kernels' ``gguf_embedding`` where given, else by ``dequantize_blocks`` (same values)."""
 
-    def __init__(self, tensor: GgufTensor, dtype: torch.dtype):
+    def __init__(self, tensor: GgufTensor, dtype: torch.dtype, kernels=None):
         super().__init__()
         block_bytes, block_elems = _EMBEDDING_BLOCKS[tensor.format]
-        self.format, self.dtype = tensor.format, dtype
+        self.format, self.dtype, self.kernels = tensor.format, dtype, kernels
         self.embedding_dim = tensor.in_features
         self.num_embeddings = tensor.rows
         self.register_buffer("blocks", tensor.blocks.view(
@@ -70,6 +71,8 @@ class GgufEmbedding(nn.Module):
         return self.blocks.numel()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.kernels.gguf_embedding(self.blocks, ids, self.format, self.dtype)
         rows = dequantize_blocks(self.format, self.blocks[ids.reshape(-1)])
         return rows.reshape(*ids.shape, self.embedding_dim).to(self.dtype)
 
@@ -117,7 +120,7 @@ def apply_gguf(model: nn.Module, weights: GgufWeights, kernels) -> list[str]:
         dense.append("lm_head")
     if embedding is not None and embedding.format in _EMBEDDING_BLOCKS:
         dtype = model.embed_tokens.weight.dtype
-        model.embed_tokens = GgufEmbedding(embedding, dtype)
+        model.embed_tokens = GgufEmbedding(embedding, dtype, kernels)
     return dense
 
 
