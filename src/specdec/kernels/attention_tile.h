@@ -203,18 +203,21 @@ inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t
                      value_cache, row_stride, offset, row_bytes);
 }
 
-// One (request, KV head): its M = q_len x G queries (the G query heads sharing the
-// KV head) attend causally to the request's context through its block table.
+// One (request, KV head): its M = q_len x (g1 - g0) queries (query heads g0 .. g1 of
+// the G sharing the KV head) attend causally to the request's context through its
+// block table. A query's values do not depend on the others run with it: any split of
+// a group's heads gives the same output.
 // Up to kPass queries at a time keep their accumulators in registers; positions go
 // in chunks of kChunk with an online softmax, each K/V row read once per pass.
 template <typename T, int NV>
 void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
                 const int32_t* table, int64_t q_start, int64_t q_len, int64_t ctx_len,
                 int64_t kv_head, int64_t hq, int64_t hkv, int64_t block_size, float scale,
-                int64_t window) {
+                int64_t window, int64_t g0, int64_t g1) {
   constexpr int kPass = 4;
   constexpr int64_t dim = NV * 16;
-  const int64_t group = hq / hkv, m_count = q_len * group, row_stride = hkv * dim;
+  const int64_t group = hq / hkv, span = g1 - g0, m_count = q_len * span;
+  const int64_t row_stride = hkv * dim;
   for (int64_t m0 = 0; m0 < m_count; m0 += kPass) {
     const int mb = static_cast<int>(std::min<int64_t>(kPass, m_count - m0));
     QueryTile<T, NV> query[kPass];
@@ -224,7 +227,7 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
     float row_max[kPass], row_sum[kPass];
     int64_t lo = ctx_len, hi = 0;
     for (int mi = 0; mi < mb; ++mi) {
-      const int64_t m = m0 + mi, i = m / group, head = kv_head * group + m % group;
+      const int64_t m = m0 + mi, i = m / span, head = kv_head * group + g0 + m % span;
       query[mi].load(q + ((q_start + i) * hq + head) * dim);
       out_row[mi] = out + ((q_start + i) * hq + head) * dim;
       last[mi] = ctx_len - q_len + i;

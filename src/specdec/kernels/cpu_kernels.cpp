@@ -321,7 +321,7 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
       auto heads_of = [&](int64_t b, int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h)
           attend(o, qp, key_cache, value_cache, tables + b * max_blocks, qs[b], ql[b], cl[b], h,
-                 hq, hkv, block_size, static_cast<float>(scale), sliding_window);
+                 hq, hkv, block_size, static_cast<float>(scale), sliding_window, 0, hq / hkv);
       };
       if (batch < at::get_num_threads()) {  // few requests: split their heads too
         at::parallel_for(0, batch * hkv, 1, [&](int64_t begin, int64_t end) {

@@ -4,9 +4,11 @@
 // The per-operation path (cpu_kernels.cpp: layer()) opens a parallel region for each
 // projection, norm, RoPE and attention call and allocates each output: at one decode
 // token, ~10 regions and ~10 allocations a layer, while the projections themselves
-// take ~50 µs a layer. Here the team is started once per step; each thread takes a
-// fixed share of every phase (its rows, its groups of outputs, its attention heads)
-// and the phases are separated by barriers. Buffers are allocated once per step.
+// take ~50 µs a layer. Here the team is started once per step and the phases are
+// separated by barriers: each thread takes a fixed share of the row phases and the
+// attention (its rows, its query heads), and the projections' groups of outputs in
+// chunks from a counter (a thread slowed by another tenant does less). Buffers are
+// allocated once per step.
 //
 // The values are those of the per-operation path bit for bit: each row, output and
 // head is computed by the same functions (row_ops.h, quant_linear.h's groups,
@@ -18,6 +20,7 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -57,33 +60,50 @@ inline std::pair<int64_t, int64_t> share(int64_t n, int tid, int nt) {
   return {n * tid / nt, n * (tid + 1) / nt};
 }
 
+// A projection's groups are claimed in chunks of groups / (kChunksPerThread x threads).
+constexpr int64_t kChunksPerThread = 4;
+
 // K/V bytes of its attention tasks' context a thread asks for ahead of the layer's
 // attention (while the norm and q|k|v phases run): the cache rows come from memory
 // (the weights streamed since evicted them), and the kernel's own one-chunk-ahead
 // prefetch leaves its first chunks waiting on memory latency.
 constexpr int64_t kKvPrefetchBytes = 256 << 10;
 
-// Split the (request, KV head) attention tasks, request-major, into nt contiguous
-// ranges of about equal work (queries x context): bounds[t] .. bounds[t + 1].
-inline std::vector<int64_t> attention_bounds(const StackAttention& a, int64_t hkv, int nt) {
-  const int64_t tasks = a.batch * hkv;
-  std::vector<int64_t> cost(tasks + 1, 0);
-  for (int64_t i = 0; i < tasks; ++i) {
-    const int64_t b = i / hkv;
-    cost[i + 1] = cost[i] + (a.query_len[b] + 3) / 4 * static_cast<int64_t>(a.context_len[b]) + 16;
+// Split the attention's (request, query head) items, request-major, into nt contiguous
+// ranges of about equal work (queries x context): bounds[t] .. bounds[t + 1]. Query
+// heads, not KV heads: a decode's 3 KV heads on 2 threads would split 2:1.
+inline std::vector<int64_t> attention_bounds(const StackAttention& a, int64_t hq, int nt) {
+  const int64_t items = a.batch * hq;
+  std::vector<int64_t> cost(items + 1, 0);
+  for (int64_t i = 0; i < items; ++i) {
+    const int64_t b = i / hq;
+    cost[i + 1] = cost[i] + static_cast<int64_t>(a.query_len[b]) * a.context_len[b] + 16;
   }
-  std::vector<int64_t> bounds(nt + 1, tasks);
+  std::vector<int64_t> bounds(nt + 1, items);
   bounds[0] = 0;
   for (int64_t t = 1, i = 0; t < nt; ++t) {
-    while (i < tasks && cost[i] * nt < cost[tasks] * t) ++i;
+    while (i < items && cost[i] * nt < cost[items] * t) ++i;
     bounds[t] = i;
   }
   return bounds;
 }
 
+// The items i0 .. i1 in runs sharing a request and a KV head: body(b, kv_head, g0, g1),
+// g0 .. g1 the run's query heads within the KV head's group.
+template <typename Body>
+inline void kv_runs(int64_t i0, int64_t i1, int64_t hq, int64_t group, const Body& body) {
+  for (int64_t i = i0; i < i1;) {
+    const int64_t b = i / hq, head = i % hq, kv = head / group;
+    const int64_t end = std::min(i1, b * hq + (kv + 1) * group);
+    body(b, kv, head % group, head % group + (end - i));
+    i = end;
+  }
+}
+
 template <typename T>
 using AttendFn = void (*)(T*, const T*, const T*, const T*, const int32_t*, int64_t, int64_t,
-                          int64_t, int64_t, int64_t, int64_t, int64_t, float, int64_t);
+                          int64_t, int64_t, int64_t, int64_t, int64_t, float, int64_t, int64_t,
+                          int64_t);
 
 template <typename T>
 AttendFn<T> attend_for(int64_t dim) {
@@ -107,7 +127,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
                 const std::vector<std::shared_ptr<LayerWeights>>& layers,
                 const T* final_norm, float final_eps, const StackAttention& attn) {
   const LayerWeights& first = *layers.front();
-  const int64_t hq = first.num_heads, q_width = hq * dim;
+  const int64_t hq = first.num_heads, q_width = hq * dim, group = hq / hkv;
   const int64_t qkv_width = (hq + 2 * hkv) * dim;
   const int64_t inter = first.gate_up.quant->out_features / 2;
   const auto opts = at::TensorOptions().dtype(std::is_same_v<T, float> ? at::kFloat : at::kBFloat16);
@@ -127,15 +147,18 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   quant::reset_rows(xq_att, tokens, q_width);
   quant::reset_rows(xq_act, tokens, inter);
   const stack::AttendFn<T> attend = stack::attend_for<T>(dim);
+  // Each projection's next unclaimed group of outputs (4 per layer).
+  std::unique_ptr<std::atomic<int64_t>[]> counters(new std::atomic<int64_t>[4 * layers.size()]);
+  for (size_t i = 0; i < 4 * layers.size(); ++i) counters[i].store(0, std::memory_order_relaxed);
   const int team_size = std::max(1, at::get_num_threads());
-  const std::vector<int64_t> att_bounds = stack::attention_bounds(attn, hkv, team_size);
+  const std::vector<int64_t> att_bounds = stack::attention_bounds(attn, hq, team_size);
 
 #pragma omp parallel num_threads(team_size)
   {
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     // A team smaller than asked for splits attention evenly instead.
     const std::vector<int64_t> bounds =
-        nt == team_size ? att_bounds : stack::attention_bounds(attn, hkv, nt);
+        nt == team_size ? att_bounds : stack::attention_bounds(attn, hq, nt);
     const auto [r0, r1] = stack::share(tokens, tid, nt);
     // Norm rows r0 .. r1 (adding add first, when given) and quantise them for xq.
     auto norm_rows = [&](const T* add, const T* weight, float eps, T* dst,
@@ -146,23 +169,28 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         if (xq) quant::quantize_row_blocks(dst + t * hidden, hidden, t, 0, xq->blocks, *xq);
       }
     };
-    // Ask for this thread's attention tasks' cached K/V rows (up to kKvPrefetchBytes).
+    // Ask for this thread's attention items' cached K/V rows (up to kKvPrefetchBytes).
     auto prefetch_kv = [&](const T* key_cache, const T* value_cache) {
       const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
       int64_t budget = stack::kKvPrefetchBytes / (2 * row_bytes);  // positions
-      for (int64_t task = bounds[tid]; task < bounds[tid + 1] && budget > 0; ++task) {
-        const int64_t b = task / hkv, known = attn.context_len[b] - attn.query_len[b];
+      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, [&](int64_t b, int64_t kv, int64_t, int64_t) {
+        const int64_t known = attn.context_len[b] - attn.query_len[b];
         const int64_t lo = attn.sliding_window > 0 ? std::max<int64_t>(0, known - attn.sliding_window) : 0;
-        const int64_t hi = std::min(known, lo + budget);
+        const int64_t hi = std::min(known, lo + std::max<int64_t>(budget, 0));
         prefetch_positions(attn.tables + b * attn.max_blocks, lo, hi, attn.block_size, key_cache,
-                           value_cache, hkv * dim, task % hkv * dim, row_bytes);
+                           value_cache, hkv * dim, kv * dim, row_bytes);
         budget -= hi - lo;
-      }
+      });
     };
-    // This thread's groups of a projection's outputs, all rows.
-    auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y) {
-      const auto [g0, g1] = stack::share(p.quant->groups(), tid, nt);
-      quant::quant_groups<T>(*p.quant, xq, tokens, g0, g1, y);
+    // A projection's groups of outputs, all rows, taken in chunks from its counter by
+    // whichever thread is free: the threads finish together even when one is slowed.
+    auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y,
+                       std::atomic<int64_t>& next) {
+      const int64_t groups = p.quant->groups();
+      const int64_t chunk = std::max<int64_t>(1, groups / (stack::kChunksPerThread * nt));
+      for (int64_t g0 = next.fetch_add(chunk, std::memory_order_relaxed); g0 < groups;
+           g0 = next.fetch_add(chunk, std::memory_order_relaxed))
+        quant::quant_groups<T>(*p.quant, xq, tokens, g0, std::min(groups, g0 + chunk), y);
     };
     // This thread's (row, 32-block) items of a [T, n] input: body(t, b), in order.
     auto blocks = [&](int64_t n, auto body) {
@@ -179,29 +207,28 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       norm_rows(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps, x, &xq_hidden);
       prefetch_kv(key_cache, value_cache);
 #pragma omp barrier
-      project(w.qkv, xq_hidden, qkv);
+      project(w.qkv, xq_hidden, qkv, counters[4 * li]);
 #pragma omp barrier
       for (int64_t t = r0; t < r1; ++t)
         rope_write_token(q + t * q_width, qkv + t * qkv_width, cos + t * dim, sin + t * dim,
                          key_cache + slots[t] * hkv * dim, value_cache + slots[t] * hkv * dim,
                          hq, hkv, dim);
 #pragma omp barrier
-      for (int64_t task = bounds[tid]; task < bounds[tid + 1]; ++task) {
-        const int64_t b = task / hkv;
+      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, [&](int64_t b, int64_t kv, int64_t g0, int64_t g1) {
         attend(att, q, key_cache, value_cache, attn.tables + b * attn.max_blocks,
-               attn.query_start[b], attn.query_len[b], attn.context_len[b], task % hkv, hq, hkv,
-               attn.block_size, attn.scale, attn.sliding_window);
-      }
+               attn.query_start[b], attn.query_len[b], attn.context_len[b], kv, hq, hkv,
+               attn.block_size, attn.scale, attn.sliding_window, g0, g1);
+      });
 #pragma omp barrier
       blocks(q_width, [&](int64_t t, int64_t b) {
         quant::quantize_row_blocks(att + t * q_width, q_width, t, b, b + 1, xq_att);
       });
 #pragma omp barrier
-      project(w.o_proj, xq_att, o);
+      project(w.o_proj, xq_att, o, counters[4 * li + 1]);
 #pragma omp barrier
       norm_rows(o, w.post_norm.data_ptr<T>(), eps, x, &xq_hidden);
 #pragma omp barrier
-      project(w.gate_up, xq_hidden, gate_up);
+      project(w.gate_up, xq_hidden, gate_up, counters[4 * li + 2]);
 #pragma omp barrier
       blocks(inter, [&](int64_t t, int64_t b) {
         const T* g = gate_up + t * 2 * inter;
@@ -209,7 +236,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         quant::quantize_row_blocks(act + t * inter, inter, t, b, b + 1, xq_act);
       });
 #pragma omp barrier
-      project(w.down, xq_act, down);
+      project(w.down, xq_act, down, counters[4 * li + 3]);
 #pragma omp barrier
     }
     norm_rows(down, final_norm, final_eps, out, nullptr);
