@@ -538,6 +538,12 @@ inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
 }
 
 // ------------------------------------------------------------- kernels ---
+// The row (r < R) and step (s < S) loops below are unrolled completely, so ia[], acc[]
+// and w[] stay in registers: GCC's own limit (16 peeled iterations) left R >= 4 tiles'
+// S x R dot loops rolled, their accumulators on the stack, and made a 4-row call twice
+// as slow as a 3-row one.
+#define SPECDEC_UNROLL _Pragma("GCC unroll 64")
+
 // Per (x row, output): acc += float(int dot of a scale's span + integer offset) * (sc * dx)
 // over the spans in order, plus for Q4_1 / Q4_K min += mn * (float(sum q) dx); y = acc
 // + min. One sequence of float operations per (x row, output) whatever the tile, the
@@ -549,10 +555,13 @@ inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
 template <int S, int P>
 inline VA dot_span(VA acc, const VB* w, const int8_t* x) {
 #if defined(__AVX512VNNI__) || !defined(__AVX2__)
+  SPECDEC_UNROLL
   for (int s = 0; s < S; ++s) acc = dot_u(acc, w[s], x + 4 * s);
 #else
+  SPECDEC_UNROLL
   for (int s0 = 0; s0 < S; s0 += P) {
     VA p = mul16(w[s0], x + 4 * s0);
+    SPECDEC_UNROLL
     for (int s = s0 + 1; s < s0 + P; ++s) p = add16(p, mul16(w[s], x + 4 * s));
     acc = widen_add(acc, p);
   }
@@ -575,15 +584,20 @@ inline void span_u(VF (&acc)[R], const VB* w, VF sc, const QuantizedRows& x, int
                    int64_t b, int s0, const int32_t* init, int init_mul) {
   const int64_t i0 = x.at(t0, 0, b);
   VA ia[R];
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) ia[r] = iset1(init_mul * (S == 4 ? init[2 * (i0 + r) + s0 / 4] : init[i0 + r]));
 #if defined(__AVX512VNNI__)
   // Row by row within each step: R independent dpbusd chains, not one chain per row.
+  SPECDEC_UNROLL
   for (int s = 0; s < S; ++s)
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) ia[r] = dot_u(ia[r], w[s], x.q.data() + (i0 + r) * 32 + 4 * (s0 + s));
 #else
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r)  // S = 4: Q6_K's 6-bit spans of 16
     ia[r] = dot_span<S, S == 4 ? 2 : 8>(ia[r], w, x.q.data() + (i0 + r) * 32 + 4 * s0);
 #endif
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = vfma(cvt(ia[r]), vmul(sc, vset1(x.d[i0 + r])), acc[r]);
 }
 
@@ -592,6 +606,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
                        float* out /* [R][kLanes] */) {
   constexpr int64_t G = kLanes;
   VF acc[R], mins[R];
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = mins[r] = vzero();
   const int64_t rec = record_bytes(F);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -604,19 +619,24 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
       unpack_nibbles(p + 4 * G, w);
       span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), 0);
       const VF m = ld_half(p + 2 * G);
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) mins[r] = vfma(m, vset1(x.s[x.at(t0, r, b)]), mins[r]);
     } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q = d (u - 128)
+      SPECDEC_UNROLL
       for (int s = 0; s < 8; ++s) w[s] = ldb(p + 2 * G + s * kStep);
       if constexpr (kVnni) {
         span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), -128);
       } else {  // maddubs: (q + 128) x could saturate int16, |q| sign(q) x cannot
         VB wa[8];
+        SPECDEC_UNROLL
         for (int s = 0; s < 8; ++s) w[s] = flip128(w[s]), wa[s] = babs(w[s]);
         const VF d = ld_half(p);
+        SPECDEC_UNROLL
         for (int r = 0; r < R; ++r) {
           const int64_t i = x.at(t0, r, b);
           VA ia = iset1(0);
           const int8_t* xq = x.q.data() + i * 32;
+          SPECDEC_UNROLL
           for (int s = 0; s < 8; ++s) ia = dot_s(ia, w[s], wa[s], xq + 4 * s);
           acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[i])), acc[r]);
         }
@@ -629,6 +649,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
         const VF mn = vneg(vmul(dmin, ld_u8f(p + 12 * G + j * G)));
         const int64_t xb = 8 * b + j;
         span_u<R, 8>(acc, w, sc, x, t0, xb, 0, x.s32.data(), 0);
+        SPECDEC_UNROLL
         for (int r = 0; r < R; ++r) mins[r] = vfma(mn, vset1(x.s[x.at(t0, r, xb)]), mins[r]);
       }
     } else {  // Q6_K: w = d sc_k (u - 32) per 16
@@ -637,6 +658,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
         const uint8_t* o = p + 18 * G + j * 24 * G;
         unpack_nibbles(o, w);
         const VB top0 = ldb(o + 16 * G), top1 = ldb(o + 16 * G + kStep);
+        SPECDEC_UNROLL
         for (int s = 0; s < 8; ++s) w[s] = join_hi2(w[s], s < 4 ? top0 : top1, s % 4);
         const int64_t xb = 8 * b + j;
         span_u<R, 4>(acc, w, vmul(d, ld_i8f(p + 2 * G + (2 * j) * G)), x, t0, xb, 0, x.s16.data(), -32);
@@ -645,6 +667,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
       }
     }
   }
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) {
     constexpr bool kMin = F == GgufFormat::kQ4_1 || F == GgufFormat::kQ4_K;
     vstore(out + r * G, kMin ? vadd(acc[r], mins[r]) : acc[r]);
