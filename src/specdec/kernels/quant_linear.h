@@ -157,7 +157,6 @@ inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x) {
   xb = _mm512_mask_sub_epi8(xb, _mm512_movepi8_mask(w), _mm512_setzero_si512(), xb);
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(wabs, xb), _mm512_set1_epi16(1)));
 }
-inline VB flip128(VB v) { return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))); }
 inline VF cvt(VA v) { return _mm512_cvtepi32_ps(v); }
 inline VF vzero() { return _mm512_setzero_ps(); }
 inline VF vset1(float v) { return _mm512_set1_ps(v); }
@@ -206,7 +205,6 @@ inline VA dot_s(VA acc, VB w, VB wabs, const int8_t* x) {
   const __m256i xb = _mm256_sign_epi8(_mm256_set1_epi32(four(x)), w);
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xb), _mm256_set1_epi16(1)));
 }
-inline VB flip128(VB v) { return _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))); }
 inline VF cvt(VA v) { return _mm256_cvtepi32_ps(v); }
 inline VF vzero() { return _mm256_setzero_ps(); }
 inline VF vset1(float v) { return _mm256_set1_ps(v); }
@@ -252,7 +250,6 @@ inline VA dot_s(VA acc, VB w, VB, const int8_t* x) {
     for (int k = 0; k < 4; ++k) acc.i[l] += int32_t(int8_t(w.b[4 * l + k])) * int32_t(x[k]);
   return acc;
 }
-inline VB flip128(VB v) { for (uint8_t& e : v.b) e ^= 0x80; return v; }
 inline VF cvt(VA v) { VF r; for (int l = 0; l < 8; ++l) r.f[l] = static_cast<float>(v.i[l]); return r; }
 inline VF vzero() { return VF{}; }
 inline VF vset1(float v) { VF r; for (float& e : r.f) e = v; return r; }
@@ -271,8 +268,10 @@ inline void vstore(float* p, VF v) { std::memcpy(p, v.f, sizeof v.f); }
 #endif
 
 constexpr int64_t kStep = 4 * kLanes;  // bytes of one weight step vector
-// x rows per pass over a group's weights (each unpacked step vector serves them all).
-constexpr int64_t kQuantTile = kLanes == 16 ? 8 : 4;
+// x rows per pass over a group's weights (each unpacked step vector serves them all):
+// 8 on every path, so a speculative step's 5 rows are one pass (AVX2 had 4: two passes,
+// the second for one row, made a 5-row Q8_0 LM head ~1.7x slower).
+constexpr int64_t kQuantTile = 8;
 constexpr int64_t kRowChunk = 64;  // a multiple of kQuantTile
 
 // ------------------------------------------------------ x quantisation ---
@@ -383,11 +382,12 @@ QuantizedRows quantize_rows(const T* x, int64_t rows, int64_t in) {
 // nibble vector k holds step k (low) and step k + 4 (high) of a 32-block.
 //   Q4_0: fp16 d[G] | nibbles 4 x kStep                          (18 G bytes, as GGUF)
 //   Q4_1: fp16 d[G] m[G] | nibbles                              (20 G, as GGUF)
-//   Q8_0: fp16 d[G] | u = q + 128, 8 x kStep                     (34 G, as GGUF)
+//   Q8_0: fp16 d[G] | u = q + 128 (VNNI; else q), 8 x kStep       (34 G, as GGUF)
 //   Q4_K: fp16 d[G] dmin[G] | u8 sc[8][G] m[8][G] | 8 x nibbles    (148 G: GGUF + 3 %)
 //   Q6_K: fp16 d[G] | int8 sc[16][G] | 8 x (nibbles, 2 x kStep of 2-bit tops)  (210 G)
 // Every format is read as w = sc * u + mn with u unsigned (4, 6 or 8 bits): the x side
-// of the dot stays signed, u the unsigned operand of dpbusd / maddubs.
+// of the dot stays signed, u the unsigned operand of dpbusd / maddubs. Q8_0 without
+// VNNI keeps q signed (dotted as |q| sign(q) x: no offset to remove).
 
 inline int64_t record_bytes(GgufFormat f) {
   switch (f) {
@@ -506,7 +506,8 @@ inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
           case GgufFormat::kQ8_0: {
             for (int64_t l = 0; l < G; ++l) std::memcpy(r + 2 * l, hdr[l], 2);
             pack_bytes(lanes_at(b * 32), r + 2 * G);
-            for (int64_t i = 2 * G; i < 34 * G; ++i) r[i] ^= 0x80;  // q + 128
+            if (kVnni)  // dpbusd's unsigned operand: q + 128
+              for (int64_t i = 2 * G; i < 34 * G; ++i) r[i] ^= 0x80;
             break;
           }
           case GgufFormat::kQ4_K: {
@@ -621,25 +622,28 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
       const VF m = ld_half(p + 2 * G);
       SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) mins[r] = vfma(m, vset1(x.s[x.at(t0, r, b)]), mins[r]);
-    } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q = d (u - 128)
+    } else if constexpr (F == GgufFormat::kQ8_0) {  // w = d q (VNNI: d (u - 128))
       SPECDEC_UNROLL
       for (int s = 0; s < 8; ++s) w[s] = ldb(p + 2 * G + s * kStep);
       if constexpr (kVnni) {
         span_u<R, 8>(acc, w, ld_half(p), x, t0, b, 0, x.s32.data(), -128);
       } else {  // maddubs: (q + 128) x could saturate int16, |q| sign(q) x cannot
-        VB wa[8];
+        // Step by step, all rows at each: R independent sums with few registers live
+        // (AVX2 has 16; eight weight steps and their magnitudes held across the rows
+        // would spill).
+        const int64_t i0 = x.at(t0, 0, b);
+        VA ia[R];
         SPECDEC_UNROLL
-        for (int s = 0; s < 8; ++s) w[s] = flip128(w[s]), wa[s] = babs(w[s]);
+        for (int r = 0; r < R; ++r) ia[r] = iset1(0);
+        SPECDEC_UNROLL
+        for (int s = 0; s < 8; ++s) {
+          const VB ws = w[s], wa = babs(ws);
+          SPECDEC_UNROLL
+          for (int r = 0; r < R; ++r) ia[r] = dot_s(ia[r], ws, wa, x.q.data() + (i0 + r) * 32 + 4 * s);
+        }
         const VF d = ld_half(p);
         SPECDEC_UNROLL
-        for (int r = 0; r < R; ++r) {
-          const int64_t i = x.at(t0, r, b);
-          VA ia = iset1(0);
-          const int8_t* xq = x.q.data() + i * 32;
-          SPECDEC_UNROLL
-          for (int s = 0; s < 8; ++s) ia = dot_s(ia, w[s], wa[s], xq + 4 * s);
-          acc[r] = vfma(cvt(ia), vmul(d, vset1(x.d[i])), acc[r]);
-        }
+        for (int r = 0; r < R; ++r) acc[r] = vfma(cvt(ia[r]), vmul(d, vset1(x.d[i0 + r])), acc[r]);
       }
     } else if constexpr (F == GgufFormat::kQ4_K) {  // w = d sc_j u - dmin m_j per 32
       const VF d = ld_half(p), dmin = ld_half(p + 2 * G);
