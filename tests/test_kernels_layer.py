@@ -202,3 +202,29 @@ def test_amx_tiles_projection_takes_onednn_past_the_tile_rows():
     x = torch.randn(K.tile_linear_max_rows() + 3, 64, dtype=torch.bfloat16)
     with torch.inference_mode():
         assert torch.equal(K.project(x, weights), project(module, x))
+
+
+def test_gguf_stack_checks_its_inputs(tiny_model_dir):
+    """The one-region stack reads raw pointers: every shape and index is checked first."""
+    model = load_model(tiny_model_dir, torch.float32, "gguf")
+    layers = model._kernel_weights(K)
+    caches = [torch.zeros(2, 32, model.num_kv_heads, model.head_dim) for _ in layers]
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+
+    def stack(slots, stack_layers=layers, tables=((0,),)):
+        cos = torch.ones(1, model.head_dim)
+        return K.decoder_stack(torch.randn(1, 64), cos, cos, caches, torch.tensor(slots),
+                               stack_layers, model.norm.weight, i32(tables), i32([0]), i32([1]),
+                               i32([1]), BLOCK, 0.25, 0, 1e-5)
+
+    assert stack([3]).shape == (1, 64)
+    with pytest.raises(RuntimeError, match="slot out of range"):
+        stack([32])
+    with pytest.raises(RuntimeError, match="block id out of range"):
+        stack([3], tables=((2,),))
+    w = layers[0]
+    swapped = K.LayerWeights(input_norm=w.input_norm, qkv=w.o_proj, o_proj=w.qkv,
+                             post_norm=w.post_norm, gate_up=w.gate_up, down=w.down,
+                             num_heads=w.num_heads, eps=w.eps)
+    with pytest.raises(RuntimeError, match="qkv is"):
+        stack([3], [swapped, layers[1]])

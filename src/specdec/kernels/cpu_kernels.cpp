@@ -797,17 +797,15 @@ at::Tensor layer(at::Tensor h, const c10::optional<at::Tensor>& delta, const Lay
 
 // decoder_stack for layers whose projections are all GGUF blocks: gguf_stack.h's one
 // parallel region, after checking every shape it relies on.
+// group: the step's attention inputs, already checked against h's rows and the cache.
 at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& sin,
                               const std::vector<at::Tensor>& caches,
                               const at::Tensor& slot_mapping,
                               const std::vector<std::shared_ptr<LayerWeights>>& layers,
-                              const at::Tensor& final_norm, const at::Tensor& block_tables,
-                              const at::Tensor& query_start, const at::Tensor& query_len,
-                              const at::Tensor& context_len, int64_t block_size, double scale,
-                              int64_t sliding_window, double eps) {
+                              const at::Tensor& final_norm, const StackAttention& group,
+                              double eps) {
   for (const at::Tensor& t : {h, cos, sin, slot_mapping, final_norm})
     check_cpu_contiguous(t, "decoder_stack argument");
-  TORCH_CHECK(h.dim() == 2, "decoder_stack: hidden must be [tokens, hidden]");
   const int64_t tokens = h.size(0), hidden = h.size(1);
   const at::Tensor& cache0 = caches.front();
   TORCH_CHECK(cache0.dim() == 4 && cache0.size(0) == 2, "a KV cache is [2, slots, Hkv, D]");
@@ -851,9 +849,6 @@ at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Ten
     shape(w.gate_up, hidden, 2 * inter, "gate_up");
     shape(w.down, inter, hidden, "down");
   }
-  const StackAttention group = check_kernel_group(cache0, block_tables, query_start, query_len,
-                                                  context_len, tokens, block_size, scale,
-                                                  sliding_window);
   at::Tensor out = at::empty_like(h);
   DISPATCH_FLOAT_BF16(dtype, "decoder_stack", [&] {
     std::vector<scalar_t*> cache_ptrs;
@@ -880,9 +875,11 @@ at::Tensor decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Tensor& 
   TORCH_CHECK(caches.size() == layers.size(), "one KV cache per layer");
   if (all_gguf(layers) && !amx_attention_applies(h.scalar_type(), caches.front().size(3),
                                                   block_size)) {
-    return gguf_decoder_stack(h, cos, sin, caches, slot_mapping, layers, final_norm,
-                              block_tables, query_start, query_len, context_len, block_size,
-                              scale, sliding_window, eps);
+    TORCH_CHECK(h.dim() == 2, "decoder_stack: hidden must be [tokens, hidden]");
+    const StackAttention group =
+        check_kernel_group(caches.front(), block_tables, query_start, query_len, context_len,
+                           h.size(0), block_size, scale, sliding_window);
+    return gguf_decoder_stack(h, cos, sin, caches, slot_mapping, layers, final_norm, group, eps);
   }
   const Attend attend = [&](const at::Tensor& q, const at::Tensor& cache) {
     at::Tensor out = at::empty_like(q);
