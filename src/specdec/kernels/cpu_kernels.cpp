@@ -837,7 +837,8 @@ at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Ten
     TORCH_CHECK(w.num_heads == hq, "every layer must have the first's query heads");
     for (const at::Tensor* n : {&w.input_norm, &w.post_norm}) {
       check_cpu_contiguous(*n, "norm weight");
-      TORCH_CHECK(n->numel() == hidden && n->scalar_type() == dtype, "norm weights must be [hidden] in the hidden dtype");
+      TORCH_CHECK(n->numel() == hidden && n->scalar_type() == dtype,
+                  "norm weights must be [hidden] in the hidden dtype");
     }
     auto shape = [](const Projection& p, int64_t in, int64_t out, const char* name) {
       TORCH_CHECK(p.quant->in_features == in && p.quant->out_features == out, "decoder_stack: ",

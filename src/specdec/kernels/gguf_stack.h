@@ -130,7 +130,8 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   const int64_t hq = first.num_heads, q_width = hq * dim, group = hq / hkv;
   const int64_t qkv_width = (hq + 2 * hkv) * dim;
   const int64_t inter = first.gate_up.quant->out_features / 2;
-  const auto opts = at::TensorOptions().dtype(std::is_same_v<T, float> ? at::kFloat : at::kBFloat16);
+  const auto opts =
+      at::TensorOptions().dtype(std::is_same_v<T, float> ? at::kFloat : at::kBFloat16);
   // One buffer per intermediate, allocated once for the step.
   at::Tensor buffers = at::empty({tokens * (hidden + qkv_width + 2 * q_width + 2 * hidden +
                                             2 * inter + inter)}, opts);
@@ -173,14 +174,16 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
     auto prefetch_kv = [&](const T* key_cache, const T* value_cache) {
       const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
       int64_t budget = stack::kKvPrefetchBytes / (2 * row_bytes);  // positions
-      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, [&](int64_t b, int64_t kv, int64_t, int64_t) {
+      auto each = [&](int64_t b, int64_t kv, int64_t, int64_t) {
         const int64_t known = attn.context_len[b] - attn.query_len[b];
-        const int64_t lo = attn.sliding_window > 0 ? std::max<int64_t>(0, known - attn.sliding_window) : 0;
+        const int64_t window = attn.sliding_window;
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, known - window) : 0;
         const int64_t hi = std::min(known, lo + std::max<int64_t>(budget, 0));
         prefetch_positions(attn.tables + b * attn.max_blocks, lo, hi, attn.block_size, key_cache,
                            value_cache, hkv * dim, kv * dim, row_bytes);
         budget -= hi - lo;
-      });
+      };
+      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, each);
     };
     // A projection's groups of outputs, all rows, taken in chunks from its counter by
     // whichever thread is free: the threads finish together even when one is slowed.
@@ -214,11 +217,12 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
                          key_cache + slots[t] * hkv * dim, value_cache + slots[t] * hkv * dim,
                          hq, hkv, dim);
 #pragma omp barrier
-      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, [&](int64_t b, int64_t kv, int64_t g0, int64_t g1) {
+      auto attend_run = [&](int64_t b, int64_t kv, int64_t g0, int64_t g1) {
         attend(att, q, key_cache, value_cache, attn.tables + b * attn.max_blocks,
                attn.query_start[b], attn.query_len[b], attn.context_len[b], kv, hq, hkv,
                attn.block_size, attn.scale, attn.sliding_window, g0, g1);
-      });
+      };
+      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, attend_run);
 #pragma omp barrier
       blocks(q_width, [&](int64_t t, int64_t b) {
         quant::quantize_row_blocks(att + t * q_width, q_width, t, b, b + 1, xq_att);
