@@ -228,3 +228,5 @@ def test_gguf_stack_checks_its_inputs(tiny_model_dir):
                              num_heads=w.num_heads, eps=w.eps)
     with pytest.raises(RuntimeError, match="qkv is"):
         stack([3], [swapped, layers[1]])
+    with pytest.raises(RuntimeError, match="a layer is None"):
+        stack([3], [layers[0], None])

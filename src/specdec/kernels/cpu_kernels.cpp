@@ -127,30 +127,43 @@ void rope_write_kv_impl(T* q_out, const T* qkv, const T* cos, const T* sin, T* k
   });
 }
 
+// cos/sin [T, D] in dtype, contiguous.
+void check_rope_tables(const at::Tensor& cos, const at::Tensor& sin, int64_t tokens,
+                       int64_t dim, at::ScalarType dtype) {
+  check_cpu_contiguous(cos, "cos");
+  check_cpu_contiguous(sin, "sin");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == tokens && cos.size(1) == dim &&
+                  sin.sizes() == cos.sizes(), "cos/sin must be [T, head_dim]");
+  TORCH_CHECK(cos.scalar_type() == dtype && sin.scalar_type() == dtype,
+              "cos and sin must share the activations' dtype");
+}
+
+// slot_mapping [T] int64, every slot within the cache's num_slots: its data.
+const int64_t* checked_slots(const at::Tensor& slot_mapping, int64_t tokens, int64_t num_slots) {
+  check_cpu_contiguous(slot_mapping, "slot_mapping");
+  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot_mapping must be int64");
+  TORCH_CHECK(slot_mapping.numel() == tokens, "one slot per token");
+  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t)
+    TORCH_CHECK(slots[t] >= 0 && slots[t] < num_slots, "slot out of range");
+  return slots;
+}
+
 // qkv [T, (Hq + 2 Hkv) * D] (the fused projection's output, bias included);
 // cos/sin [T, D]; cache [2, slots, Hkv, D]; slot_mapping [T] int64.
 // Writes rotated keys and the values at their slots; returns rotated queries [T, Hq, D].
 at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                          at::Tensor cache, const at::Tensor& slot_mapping, int64_t num_heads) {
   check_cpu_contiguous(qkv, "qkv");
-  check_cpu_contiguous(cos, "cos");
-  check_cpu_contiguous(sin, "sin");
   check_cpu_contiguous(cache, "cache");
-  check_cpu_contiguous(slot_mapping, "slot_mapping");
-  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong, "slot_mapping must be int64");
   const int64_t tokens = qkv.size(0), hkv = cache.size(2), dim = cache.size(3);
   TORCH_CHECK(qkv.size(1) == (num_heads + 2 * hkv) * dim, "qkv width does not match the heads");
-  TORCH_CHECK(cos.size(0) == tokens && cos.size(1) == dim && sin.sizes() == cos.sizes(),
-              "cos/sin must be [T, head_dim]");
-  TORCH_CHECK(slot_mapping.numel() == tokens, "one slot per token");
   auto dtype = qkv.scalar_type();
-  TORCH_CHECK(cache.scalar_type() == dtype && cos.scalar_type() == dtype &&
-                  sin.scalar_type() == dtype, "qkv, cos, sin and cache must share a dtype");
-  auto q = at::empty({tokens, num_heads, dim}, qkv.options());
+  TORCH_CHECK(cache.scalar_type() == dtype, "qkv and cache must share a dtype");
+  check_rope_tables(cos, sin, tokens, dim, dtype);
   const int64_t num_slots = cache.size(1);
-  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
-  for (int64_t t = 0; t < tokens; ++t)
-    TORCH_CHECK(slots[t] >= 0 && slots[t] < num_slots, "slot out of range");
+  const int64_t* slots = checked_slots(slot_mapping, tokens, num_slots);
+  auto q = at::empty({tokens, num_heads, dim}, qkv.options());
   DISPATCH_FLOAT_BF16(dtype, "rope_write_kv", [&] {
     scalar_t* base = cache.data_ptr<scalar_t>();
     rope_write_kv_impl<scalar_t>(q.data_ptr<scalar_t>(), qkv.data_ptr<scalar_t>(),
@@ -804,31 +817,22 @@ at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Ten
                               const std::vector<std::shared_ptr<LayerWeights>>& layers,
                               const at::Tensor& final_norm, const StackAttention& group,
                               double eps) {
-  for (const at::Tensor& t : {h, cos, sin, slot_mapping, final_norm})
-    check_cpu_contiguous(t, "decoder_stack argument");
+  for (const at::Tensor& t : {h, final_norm}) check_cpu_contiguous(t, "decoder_stack argument");
   const int64_t tokens = h.size(0), hidden = h.size(1);
   const at::Tensor& cache0 = caches.front();
   TORCH_CHECK(cache0.dim() == 4 && cache0.size(0) == 2, "a KV cache is [2, slots, Hkv, D]");
   const int64_t num_slots = cache0.size(1), hkv = cache0.size(2), dim = cache0.size(3);
   TORCH_CHECK(supports_head_dim(dim), "decoder_stack: unsupported head_dim ", dim);
   const auto dtype = h.scalar_type();
-  TORCH_CHECK(cos.scalar_type() == dtype && sin.scalar_type() == dtype &&
-                  final_norm.scalar_type() == dtype,
-              "hidden, cos, sin and the norms must share a dtype");
-  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == tokens && cos.size(1) == dim &&
-                  sin.sizes() == cos.sizes(), "cos/sin must be [T, head_dim]");
-  TORCH_CHECK(final_norm.numel() == hidden, "final_norm must be [hidden]");
-  TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == tokens,
-              "slot_mapping: one int64 slot per token");
-  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
-  for (int64_t t = 0; t < tokens; ++t)
-    TORCH_CHECK(slots[t] >= 0 && slots[t] < num_slots, "slot out of range");
+  check_rope_tables(cos, sin, tokens, dim, dtype);
+  TORCH_CHECK(final_norm.numel() == hidden && final_norm.scalar_type() == dtype,
+              "final_norm must be [hidden] in the hidden dtype");
+  const int64_t* slots = checked_slots(slot_mapping, tokens, num_slots);
   const LayerWeights& first = *layers.front();
   const int64_t hq = first.num_heads;
   TORCH_CHECK(hq % hkv == 0, "query heads must be a multiple of the KV heads");
   const int64_t inter = first.gate_up.quant->out_features / 2;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    TORCH_CHECK(layers[i] != nullptr, "decoder_stack: a layer is None");
+  for (size_t i = 0; i < layers.size(); ++i) {  // none is None: all_gguf checked
     const LayerWeights& w = *layers[i];
     const at::Tensor& c = caches[i];
     check_cpu_contiguous(c, "cache");

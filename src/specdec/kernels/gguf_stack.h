@@ -45,11 +45,14 @@ struct StackAttention {
   int64_t sliding_window;
 };
 
-// Whether every layer's projections are GGUF blocks (what gguf_stack runs).
+// Whether every layer's projections are GGUF blocks (what gguf_stack runs); false
+// where a layer is missing (decoder_stack's own check names that).
 inline bool all_gguf(const std::vector<std::shared_ptr<LayerWeights>>& layers) {
-  for (const auto& w : layers)
+  for (const auto& w : layers) {
+    if (w == nullptr) return false;
     for (const Projection* p : {&w->qkv, &w->o_proj, &w->gate_up, &w->down})
       if (p->kind != Projection::Kind::kGguf) return false;
+  }
   return !layers.empty();
 }
 
