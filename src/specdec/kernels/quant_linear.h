@@ -293,18 +293,23 @@ struct QuantizedRows {
   int64_t at(int64_t t, int64_t b) const { return at(t - t % kQuantTile, t % kQuantTile, b); }
 };
 
-// dx = amax / 127, q = nearbyint(x / dx) (0 where the block is all zeros), vectorised:
-// the same IEEE division and round-to-nearest-even (cvtps under the default rounding
-// mode) as the scalar form, so the same q.
-inline void quantize32(const float* f, int8_t* q, float& d) {
+// dx = amax / 127, q = nearbyint(x / dx) (0 where the block is all zeros), and the sums
+// of q's halves (lo: q[0 .. 16), hi: q[16 .. 32)), vectorised: the same IEEE division and
+// round-to-nearest-even (cvtps under the default rounding mode) as the scalar form, so
+// the same q; the sums are taken from the int32 lanes before they are narrowed.
+inline void quantize32(const float* f, int8_t* q, float& d, int32_t& lo, int32_t& hi) {
+  lo = hi = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
   const __m512 a = _mm512_loadu_ps(f), b = _mm512_loadu_ps(f + 16);
   d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b))) / 127.f;
   if (d == 0.f) return (void)std::memset(q, 0, 32);
   const __m512 dv = _mm512_set1_ps(d);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(a, dv))));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16),
-                   _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(b, dv))));
+  const __m512i qa = _mm512_cvtps_epi32(_mm512_div_ps(a, dv));
+  const __m512i qb = _mm512_cvtps_epi32(_mm512_div_ps(b, dv));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
+  lo = _mm512_reduce_add_epi32(qa);
+  hi = _mm512_reduce_add_epi32(qb);
 #elif defined(__AVX2__)
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   __m256 v[4], m = _mm256_setzero_ps();
@@ -319,19 +324,32 @@ inline void quantize32(const float* f, int8_t* q, float& d) {
   const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
                       _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  auto hsum = [](__m256i x) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+  };
+  lo = hsum(_mm256_add_epi32(i[0], i[1]));
+  hi = hsum(_mm256_add_epi32(i[2], i[3]));
 #else
   float amax = 0.f;
   for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(f[i]));
   d = amax / 127.f;
   for (int i = 0; i < 32; ++i) q[i] = d != 0.f ? static_cast<int8_t>(std::nearbyint(f[i] / d)) : 0;
+  for (int i = 0; i < 16; ++i) lo += q[i], hi += q[16 + i];
 #endif
 }
 
 template <typename T>
-inline void quantize_block(const T* x, int64_t n, int8_t* q, float& d) {
+inline void quantize_block(const T* x, int64_t n, int8_t* q, float& d, int32_t& lo, int32_t& hi) {
   alignas(64) float f[32];
-  for (int64_t i = 0; i < 32; ++i) f[i] = i < n ? to_f(x[i]) : 0.f;
-  quantize32(f, q, d);
+  if (n == 32) {  // exact widening, 16 at a time
+    Vec16::load(x).store(f);
+    Vec16::load(x + 16).store(f + 16);
+  } else {
+    for (int64_t i = 0; i < 32; ++i) f[i] = i < n ? to_f(x[i]) : 0.f;
+  }
+  quantize32(f, q, d, lo, hi);
 }
 
 // Size out for rows x in (contents left as they are: every block a kernel reads is
@@ -354,9 +372,8 @@ inline void quantize_row_blocks(const T* x_row, int64_t in, int64_t t, int64_t b
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t i = out.at(t, b);
     int8_t* q = out.q.data() + i * 32;
-    quantize_block(x_row + b * 32, std::min<int64_t>(in - b * 32, 32), q, out.d[i]);
-    int32_t lo = 0, hi = 0;
-    for (int k = 0; k < 16; ++k) lo += q[k], hi += q[16 + k];
+    int32_t lo, hi;
+    quantize_block(x_row + b * 32, std::min<int64_t>(in - b * 32, 32), q, out.d[i], lo, hi);
     out.s16[2 * i] = lo;
     out.s16[2 * i + 1] = hi;
     out.s32[i] = lo + hi;
@@ -602,9 +619,21 @@ inline void span_u(VF (&acc)[R], const VB* w, VF sc, const QuantizedRows& x, int
   for (int r = 0; r < R; ++r) acc[r] = vfma(cvt(ia[r]), vmul(sc, vset1(x.d[i0 + r])), acc[r]);
 }
 
+// Asks for the record's cache lines (a group's next block) ahead of their use.
+inline void prefetch_record(const uint8_t* p, int64_t bytes) {
+#if defined(__AVX2__) || defined(__AVX512F__)
+  for (int64_t i = 0; i < bytes; i += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+// next: where given, another group's records, asked for block by block as this tile's
+// loop passes (a tile that reads its weights from L1 leaves the memory idle).
 template <GgufFormat F, int R>
 inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x, int64_t t0,
-                       float* out /* [R][kLanes] */) {
+                       float* out /* [R][kLanes] */, const uint8_t* next = nullptr) {
   constexpr int64_t G = kLanes;
   VF acc[R], mins[R];
   SPECDEC_UNROLL
@@ -612,6 +641,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
   const int64_t rec = record_bytes(F);
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = g + b * rec;
+    if (next) prefetch_record(next + b * rec, rec);
     VB w[8];
     if constexpr (F == GgufFormat::kQ4_0) {  // w = d (u - 8)
       unpack_nibbles(p + 2 * G, w);
@@ -680,11 +710,11 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
 
 template <GgufFormat F, int R = kQuantTile>
 inline void group_rows(const uint8_t* g, int64_t blocks, const QuantizedRows& x, int64_t t0,
-                       int64_t rows, float* out) {
+                       int64_t rows, float* out, const uint8_t* next) {
   if constexpr (R > 1) {
-    if (rows < R) return group_rows<F, R - 1>(g, blocks, x, t0, rows, out);
+    if (rows < R) return group_rows<F, R - 1>(g, blocks, x, t0, rows, out, next);
   }
-  group_tile<F, R>(g, blocks, x, t0, out);
+  group_tile<F, R>(g, blocks, x, t0, out, next);
 }
 
 // v rounded to T (the activations' dtype), stored as Out (T, or float32 holding the
@@ -710,7 +740,10 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
       const int64_t n0 = g * kLanes, lanes = std::min(kLanes, seg.rows - n0);
       for (int64_t t0 = c0; t0 < c1; t0 += kQuantTile) {
         const int64_t tile = std::min(kQuantTile, rows_x - t0);
-        group_rows<F>(w, blocks, x, t0, tile, out);
+        // The next group's weights are asked for by the chunk's second tile (reading
+        // this group from L1, it leaves the memory idle), or by its only one.
+        const bool ask = g + 1 < g1 && t0 == (c1 - c0 > kQuantTile ? c0 + kQuantTile : c0);
+        group_rows<F>(w, blocks, x, t0, tile, out, ask ? w + bytes : nullptr);
         for (int64_t r = 0; r < tile; ++r) {
           Out* yr = y + (t0 + r) * ldy + seg.row0 + n0;
           const float* o = out + r * kLanes;
