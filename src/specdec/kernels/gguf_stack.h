@@ -151,7 +151,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   quant::reset_rows(xq_att, tokens, q_width);
   quant::reset_rows(xq_act, tokens, inter);
   const stack::AttendFn<T> attend = stack::attend_for<T>(dim);
-  // Each projection's next unclaimed group of outputs (4 per layer).
+  // Each projection's chunks claimed past the threads' first ones (4 per layer).
   std::unique_ptr<std::atomic<int64_t>[]> counters(new std::atomic<int64_t>[4 * layers.size()]);
   for (size_t i = 0; i < 4 * layers.size(); ++i) counters[i].store(0, std::memory_order_relaxed);
   const int team_size = std::max(1, at::get_num_threads());
@@ -188,15 +188,29 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       };
       stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, each);
     };
-    // A projection's groups of outputs, all rows, taken in chunks from its counter by
-    // whichever thread is free: the threads finish together even when one is slowed.
+    // A projection's groups of outputs, all rows, in chunks: a thread's first is chunk
+    // tid, the rest are claimed from the projection's counter by whichever thread is
+    // free (the threads finish together even when one is slowed). The next chunk is
+    // claimed before the current one runs, so its weights (after the last, the
+    // following projection's first chunk of this thread) are asked for meanwhile.
+    auto chunk_of = [&](const Projection& p) {
+      return std::max<int64_t>(1, p.quant->groups() / (stack::kChunksPerThread * nt));
+    };
     auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y,
-                       std::atomic<int64_t>& next) {
-      const int64_t groups = p.quant->groups();
-      const int64_t chunk = std::max<int64_t>(1, groups / (stack::kChunksPerThread * nt));
-      for (int64_t g0 = next.fetch_add(chunk, std::memory_order_relaxed); g0 < groups;
-           g0 = next.fetch_add(chunk, std::memory_order_relaxed))
-        quant::quant_groups<T>(*p.quant, xq, tokens, g0, std::min(groups, g0 + chunk), y);
+                       std::atomic<int64_t>& claimed, const Projection* following) {
+      const int64_t groups = p.quant->groups(), chunk = chunk_of(p);
+      const uint8_t* after =
+          following && tid * chunk_of(*following) < following->quant->groups()
+              ? quant::group_bytes(*following->quant, tid * chunk_of(*following))
+              : nullptr;
+      for (int64_t c = tid; c * chunk < groups;) {
+        const int64_t next = nt + claimed.fetch_add(1, std::memory_order_relaxed);
+        const uint8_t* then = next * chunk < groups ? quant::group_bytes(*p.quant, next * chunk)
+                                                    : after;
+        quant::quant_groups<T>(*p.quant, xq, tokens, c * chunk,
+                               std::min(groups, (c + 1) * chunk), y, then);
+        c = next;
+      }
     };
     // This thread's (row, 32-block) items of a [T, n] input: body(t, b), in order.
     auto blocks = [&](int64_t n, auto body) {
@@ -213,7 +227,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       norm_rows(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps, x, &xq_hidden);
       prefetch_kv(key_cache, value_cache);
 #pragma omp barrier
-      project(w.qkv, xq_hidden, qkv, counters[4 * li]);
+      project(w.qkv, xq_hidden, qkv, counters[4 * li], &w.o_proj);
 #pragma omp barrier
       for (int64_t t = r0; t < r1; ++t)
         rope_write_token(q + t * q_width, qkv + t * qkv_width, cos + t * dim, sin + t * dim,
@@ -231,11 +245,11 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         quant::quantize_row_blocks(att + t * q_width, q_width, t, b, b + 1, xq_att);
       });
 #pragma omp barrier
-      project(w.o_proj, xq_att, o, counters[4 * li + 1]);
+      project(w.o_proj, xq_att, o, counters[4 * li + 1], &w.gate_up);
 #pragma omp barrier
       norm_rows(o, w.post_norm.data_ptr<T>(), eps, x, &xq_hidden);
 #pragma omp barrier
-      project(w.gate_up, xq_hidden, gate_up, counters[4 * li + 2]);
+      project(w.gate_up, xq_hidden, gate_up, counters[4 * li + 2], &w.down);
 #pragma omp barrier
       blocks(inter, [&](int64_t t, int64_t b) {
         const T* g = gate_up + t * 2 * inter;
@@ -243,7 +257,8 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         quant::quantize_row_blocks(act + t * inter, inter, t, b, b + 1, xq_act);
       });
 #pragma omp barrier
-      project(w.down, xq_act, down, counters[4 * li + 3]);
+      project(w.down, xq_act, down, counters[4 * li + 3],
+              li + 1 < layers.size() ? &layers[li + 1]->qkv : nullptr);
 #pragma omp barrier
     }
     norm_rows(down, final_norm, final_eps, out, nullptr);

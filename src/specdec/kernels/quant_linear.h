@@ -728,7 +728,7 @@ inline Out round_out(float v) {
 // y[:, row0 + n] for the segment's groups g0 .. g1, all x rows.
 template <GgufFormat F, typename T, typename Out>
 void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
-                    int64_t g1, const float* bias, Out* y, int64_t ldy) {
+                    int64_t g1, const float* bias, Out* y, int64_t ldy, const uint8_t* then) {
   const int64_t bytes = seg.blocks.size(1), blocks = bytes / record_bytes(F);
   alignas(64) float out[kQuantTile * kLanes];
   // Chunks of kRowChunk x rows (~100 KB of int8 x at in = 1536) stay in L2 while the
@@ -740,10 +740,12 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
       const int64_t n0 = g * kLanes, lanes = std::min(kLanes, seg.rows - n0);
       for (int64_t t0 = c0; t0 < c1; t0 += kQuantTile) {
         const int64_t tile = std::min(kQuantTile, rows_x - t0);
-        // The next group's weights are asked for by the chunk's second tile (reading
-        // this group from L1, it leaves the memory idle), or by its only one.
-        const bool ask = g + 1 < g1 && t0 == (c1 - c0 > kQuantTile ? c0 + kQuantTile : c0);
-        group_rows<F>(w, blocks, x, t0, tile, out, ask ? w + bytes : nullptr);
+        // The next group's weights (after the last one, then's) are asked for by the
+        // chunk's second tile (reading this group from L1, it leaves the memory idle),
+        // or by its only one.
+        const uint8_t* next = g + 1 < g1 ? w + bytes : then;
+        const bool ask = t0 == (c1 - c0 > kQuantTile ? c0 + kQuantTile : c0);
+        group_rows<F>(w, blocks, x, t0, tile, out, ask ? next : nullptr);
         for (int64_t r = 0; r < tile; ++r) {
           Out* yr = y + (t0 + r) * ldy + seg.row0 + n0;
           const float* o = out + r * kLanes;
@@ -761,27 +763,40 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
 
 template <typename T, typename Out>
 void run_segment(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
-                 int64_t g1, const float* bias, Out* y, int64_t ldy) {
+                 int64_t g1, const float* bias, Out* y, int64_t ldy, const uint8_t* then) {
   switch (seg.format) {
-    case GgufFormat::kQ4_0: return segment_groups<GgufFormat::kQ4_0, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ4_1: return segment_groups<GgufFormat::kQ4_1, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ8_0: return segment_groups<GgufFormat::kQ8_0, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ4_K: return segment_groups<GgufFormat::kQ4_K, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
-    case GgufFormat::kQ6_K: return segment_groups<GgufFormat::kQ6_K, T>(seg, x, rows_x, g0, g1, bias, y, ldy);
+    case GgufFormat::kQ4_0: return segment_groups<GgufFormat::kQ4_0, T>(seg, x, rows_x, g0, g1, bias, y, ldy, then);
+    case GgufFormat::kQ4_1: return segment_groups<GgufFormat::kQ4_1, T>(seg, x, rows_x, g0, g1, bias, y, ldy, then);
+    case GgufFormat::kQ8_0: return segment_groups<GgufFormat::kQ8_0, T>(seg, x, rows_x, g0, g1, bias, y, ldy, then);
+    case GgufFormat::kQ4_K: return segment_groups<GgufFormat::kQ4_K, T>(seg, x, rows_x, g0, g1, bias, y, ldy, then);
+    case GgufFormat::kQ6_K: return segment_groups<GgufFormat::kQ6_K, T>(seg, x, rows_x, g0, g1, bias, y, ldy, then);
   }
 }
 
+// Group g's weights (counted across the segments), or nullptr past the last.
+inline const uint8_t* group_bytes(const QuantWeight& qw, int64_t g) {
+  for (const QuantSegment& seg : qw.segments) {
+    if (g < seg.blocks.size(0)) return seg.blocks.data_ptr<uint8_t>() + g * seg.blocks.size(1);
+    g -= seg.blocks.size(0);
+  }
+  return nullptr;
+}
+
 // y[:, n] for the outputs of the projection's groups g0 .. g1 (counted across its
-// segments), all x rows: a thread's share of a projection.
+// segments), all x rows: a thread's share of a projection. then: where given, the
+// weights this thread reads next, asked for while the last group runs.
 template <typename T, typename Out = T>
 void quant_groups(const QuantWeight& qw, const QuantizedRows& xq, int64_t rows_x, int64_t g0,
-                  int64_t g1, Out* y) {
+                  int64_t g1, Out* y, const uint8_t* then = nullptr) {
   const float* bias = qw.bias.defined() ? qw.bias.data_ptr<float>() : nullptr;
   int64_t first = 0;
   for (const QuantSegment& seg : qw.segments) {
     const int64_t groups = seg.blocks.size(0);
     const int64_t lo = std::max(g0, first), hi = std::min(g1, first + groups);
-    if (lo < hi) run_segment<T>(seg, xq, rows_x, lo - first, hi - first, bias, y, qw.out_features);
+    // A segment's last group asks for the next segment's first (or then).
+    const uint8_t* after = hi < g1 ? group_bytes(qw, hi) : then;
+    if (lo < hi)
+      run_segment<T>(seg, xq, rows_x, lo - first, hi - first, bias, y, qw.out_features, after);
     first += groups;
   }
 }
