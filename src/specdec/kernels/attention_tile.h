@@ -37,6 +37,17 @@ inline Vec16 transpose_sum(const Vec16* parts) {
                          _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
   return {_mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
                         _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)))};
+#elif defined(__AVX2__) && defined(__FMA__)
+  // Each part's halves added, then horizontal pairs (hadd) down to one sum per part.
+  auto eight = [](const Vec16* p) {
+    __m256 h[4];
+    for (int i = 0; i < 4; ++i)
+      h[i] = _mm256_hadd_ps(_mm256_add_ps(p[2 * i].lo, p[2 * i].hi),
+                            _mm256_add_ps(p[2 * i + 1].lo, p[2 * i + 1].hi));
+    const __m256 a = _mm256_hadd_ps(h[0], h[1]), b = _mm256_hadd_ps(h[2], h[3]);
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  };
+  return {eight(parts), eight(parts + 8)};
 #else
   Vec16 r;
   for (int j = 0; j < 16; ++j) r.v[j] = parts[j].sum();

@@ -1,4 +1,5 @@
-// Vec16: sixteen float lanes for the CPU kernels (AVX-512 or a portable fallback),
+// Vec16: sixteen float lanes for the CPU kernels (AVX-512, AVX2 + FMA or a portable
+// fallback),
 // with exact bfloat16 <-> float conversions.
 #pragma once
 
@@ -8,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -17,8 +18,9 @@ namespace specdec_kernels {
 using c10::BFloat16;
 
 // ------------------------------------------------------------ 16 floats ---
-// Vec16: sixteen float lanes, AVX-512 where the compiler targets it, plain arrays
-// (auto-vectorised) elsewhere. Loads from bfloat16 widen exactly; stores to
+// Vec16: sixteen float lanes, AVX-512 where the compiler targets it, two AVX2 halves
+// where it targets AVX2 (with FMA), plain arrays (auto-vectorised) elsewhere. exp() is
+// the same polynomial on both x86 forms, so the same values. Loads from bfloat16 widen exactly; stores to
 // bfloat16 round to nearest even exactly as c10::BFloat16 does (NaN -> 0x7FC0).
 
 #if defined(__AVX512F__)
@@ -83,6 +85,98 @@ struct Vec16 {
     const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
     return {_mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n))};
   }
+};
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+struct Vec16 {
+  __m256 lo, hi;  // lanes 0 .. 8, 8 .. 16
+  static Vec16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Vec16 broadcast(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+  static Vec16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static __m256 widen(const BFloat16* p) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+  }
+  static Vec16 load(const BFloat16* p) { return {widen(p), widen(p + 8)}; }
+  static __m256i rne_bits(__m256 x) {  // float -> bf16 bits in the low half of each lane
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
+  }
+  void store(float* p) const {
+    _mm256_storeu_ps(p, lo);
+    _mm256_storeu_ps(p + 8, hi);
+  }
+  void store(BFloat16* p) const {  // packus works per 128-bit half: reorder its quarters
+    const __m256i packed = _mm256_packus_epi32(rne_bits(lo), rne_bits(hi));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  Vec16 round_bf16() const {  // the float value of store(BFloat16) then load
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(rne_bits(lo), 16)),
+            _mm256_castsi256_ps(_mm256_slli_epi32(rne_bits(hi), 16))};
+  }
+  Vec16 operator+(Vec16 o) const { return {_mm256_add_ps(lo, o.lo), _mm256_add_ps(hi, o.hi)}; }
+  Vec16 operator-(Vec16 o) const { return {_mm256_sub_ps(lo, o.lo), _mm256_sub_ps(hi, o.hi)}; }
+  Vec16 operator*(Vec16 o) const { return {_mm256_mul_ps(lo, o.lo), _mm256_mul_ps(hi, o.hi)}; }
+  Vec16 operator/(Vec16 o) const { return {_mm256_div_ps(lo, o.lo), _mm256_div_ps(hi, o.hi)}; }
+  static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) {
+    return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+  }
+  static Vec16 max(Vec16 a, Vec16 b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+  // Lanes where a > b take x, the others y.
+  static Vec16 select_greater(Vec16 a, Vec16 b, Vec16 x, Vec16 y) {
+    return {_mm256_blendv_ps(y.lo, x.lo, _mm256_cmp_ps(a.lo, b.lo, _CMP_GT_OQ)),
+            _mm256_blendv_ps(y.hi, x.hi, _mm256_cmp_ps(a.hi, b.hi, _CMP_GT_OQ))};
+  }
+  // The 8 lanes' sum of a half: pairs of halves, then of quarters, then of the last two.
+  static float sum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+  float sum() const { return sum8(_mm256_add_ps(lo, hi)); }
+  float max() const {
+    const __m256 m = _mm256_max_ps(lo, hi);
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+  }
+  // Lanes outside [lo, hi) become fill.
+  Vec16 keep_range(int64_t first, int64_t end, float fill) const {
+    const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(first, 0, 16)));
+    const __m256i b = _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(end, 0, 16)));
+    auto keep = [&](__m256 x, __m256i lane) {  // a <= lane < b
+      const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(a, lane), _mm256_cmpgt_epi32(b, lane));
+      return _mm256_blendv_ps(_mm256_set1_ps(fill), x, _mm256_castsi256_ps(in));
+    };
+    return {keep(lo, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+            keep(hi, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15))};
+  }
+  // exp as the AVX-512 form computes it (its scalef by 2^n, n in [-126, 127] where the
+  // result is kept, is the product with 2^n built in the exponent field).
+  static __m256 exp8(__m256 v) {
+    const __m256 x = _mm256_min_ps(v, _mm256_set1_ps(88.3f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  }
+  Vec16 exp() const { return {exp8(lo), exp8(hi)}; }
 };
 
 #else  // portable fallback
