@@ -199,10 +199,8 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
     auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y,
                        std::atomic<int64_t>& claimed, const Projection* following) {
       const int64_t groups = p.quant->groups(), chunk = chunk_of(p);
-      const uint8_t* after =
-          following && tid * chunk_of(*following) < following->quant->groups()
-              ? quant::group_bytes(*following->quant, tid * chunk_of(*following))
-              : nullptr;
+      const uint8_t* after =  // nullptr past the following projection's last group
+          following ? quant::group_bytes(*following->quant, tid * chunk_of(*following)) : nullptr;
       for (int64_t c = tid; c * chunk < groups;) {
         const int64_t next = nt + claimed.fetch_add(1, std::memory_order_relaxed);
         const uint8_t* then = next * chunk < groups ? quant::group_bytes(*p.quant, next * chunk)

@@ -1,6 +1,5 @@
 // Vec16: sixteen float lanes for the CPU kernels (AVX-512, AVX2 + FMA or a portable
-// fallback),
-// with exact bfloat16 <-> float conversions.
+// fallback), with exact bfloat16 <-> float conversions.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -17,14 +16,18 @@ namespace specdec_kernels {
 
 using c10::BFloat16;
 
-// exp(r) on the reduced range |r| <= ln(2) / 2: Taylor coefficients, highest first.
+// exp(x) on the x86 forms: n = round(x log2 e), r = x - n ln 2 (ln 2 in two parts),
+// exp(r) by Taylor (coefficients highest first), times 2^n; x clamped above, 0 below.
+constexpr float kExpMaxX = 88.3f, kExpMinX = -87.3f, kLog2e = 1.44269504f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kExpTaylor[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f};
 
 // ------------------------------------------------------------ 16 floats ---
 // Vec16: sixteen float lanes, AVX-512 where the compiler targets it, two AVX2 halves
 // where it targets AVX2 (with FMA), plain arrays (auto-vectorised) elsewhere. exp() is
-// the same polynomial on both x86 forms, so the same values. Loads from bfloat16 widen exactly; stores to
-// bfloat16 round to nearest even exactly as c10::BFloat16 does (NaN -> 0x7FC0).
+// the same polynomial on both x86 forms, so the same values. Loads from bfloat16 widen
+// exactly; stores to bfloat16 round to nearest even exactly as c10::BFloat16 does
+// (NaN -> 0x7FC0).
 
 #if defined(__AVX512F__)
 
@@ -73,14 +76,14 @@ struct Vec16 {
   }
   // exp, ~1 ulp on the reduced range (degree-6 Taylor after 2^n scaling); exp(-inf) = 0.
   Vec16 exp() const {
-    const __m512 x = _mm512_min_ps(v, _mm512_set1_ps(88.3f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+    const __m512 x = _mm512_min_ps(v, _mm512_set1_ps(kExpMaxX));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
     __m512 p = _mm512_set1_ps(kExpTaylor[0]);
     for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
-    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpMinX), _CMP_GE_OQ);
     return {_mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n))};
   }
 };
@@ -125,7 +128,9 @@ struct Vec16 {
   static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
   }
-  static Vec16 max(Vec16 a, Vec16 b) { return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+  static Vec16 max(Vec16 a, Vec16 b) {
+    return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)};
+  }
   // Lanes where a > b take x, the others y.
   static Vec16 select_greater(Vec16 a, Vec16 b, Vec16 x, Vec16 y) {
     return {_mm256_blendv_ps(y.lo, x.lo, _mm256_cmp_ps(a.lo, b.lo, _CMP_GT_OQ)),
@@ -144,12 +149,13 @@ struct Vec16 {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
   }
-  // Lanes outside [lo, hi) become fill.
+  // Lanes outside [first, end) become fill.
   Vec16 keep_range(int64_t first, int64_t end, float fill) const {
     const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(first, 0, 16)));
     const __m256i b = _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(end, 0, 16)));
     auto keep = [&](__m256 x, __m256i lane) {  // a <= lane < b
-      const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(a, lane), _mm256_cmpgt_epi32(b, lane));
+      const __m256i in =
+          _mm256_andnot_si256(_mm256_cmpgt_epi32(a, lane), _mm256_cmpgt_epi32(b, lane));
       return _mm256_blendv_ps(_mm256_set1_ps(fill), x, _mm256_castsi256_ps(in));
     };
     return {keep(lo, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
@@ -158,15 +164,16 @@ struct Vec16 {
   // exp as the AVX-512 form computes it (its scalef by 2^n, n in [-126, 127] where the
   // result is kept, is the product with 2^n built in the exponent field).
   static __m256 exp8(__m256 v) {
-    const __m256 x = _mm256_min_ps(v, _mm256_set1_ps(88.3f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+    const __m256 x = _mm256_min_ps(v, _mm256_set1_ps(kExpMaxX));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
     __m256 p = _mm256_set1_ps(kExpTaylor[0]);
     for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpTaylor[i]));
-    const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 live = _mm256_cmp_ps(x, _mm256_set1_ps(kExpMinX), _CMP_GE_OQ);
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
   }
   Vec16 exp() const { return {exp8(lo), exp8(hi)}; }
