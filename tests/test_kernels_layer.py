@@ -20,6 +20,7 @@ from specdec.model.projection import kernel_projection, project
 from specdec.model.quant_linear import GgufLinear
 from specdec.model.registry import ModelRegistry, register_builtin_models
 from specdec.speculative.quantize import Int8Linear, quantize_int8
+from tests.conftest import make_tiny_model_dir
 
 K = kernels.load()
 pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
@@ -149,13 +150,28 @@ def prompt_step(model, prompts: list[list[int]], path: str):
         return model(ids, positions, caches, meta), caches
 
 
+@pytest.fixture(scope="module")
+def head_dim_32_model_dir(tmp_path_factory, tokenizer):
+    """Heads of whole 32-blocks (the tiny model's are 16 wide): gguf_stack's attention
+    threads then quantise their own heads' outputs for o_proj."""
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-llama-d32"), tokenizer,
+                               num_attention_heads=2, num_key_value_heads=1)
+
+
+@pytest.fixture(params=["head_dim_16", "head_dim_32"])
+def stack_model_dir(request, tiny_model_dir):
+    if request.param == "head_dim_16":
+        return tiny_model_dir
+    return request.getfixturevalue("head_dim_32_model_dir")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("variant", ["plain", "int8", "module", "gguf"])
-def test_stack_and_per_layer_paths_are_one_forward(tiny_model_dir, dtype, variant):
+def test_stack_and_per_layer_paths_are_one_forward(stack_model_dir, dtype, variant):
     """decoder_stack (for GGUF layers: gguf_stack.h's one parallel region) and the
     per-layer path compute the same values: bit-identical hidden states and caches; in
     float32 both agree with the eager forward."""
-    model = load_model(tiny_model_dir, dtype, variant)
+    model = load_model(stack_model_dir, dtype, variant)
     prompts = [list(range(5, 40)), list(range(300, 307))]
     stack, stack_caches = prompt_step(model, prompts, "stack")
     per_layer, layer_caches = prompt_step(model, prompts, "per_layer")
@@ -168,10 +184,10 @@ def test_stack_and_per_layer_paths_are_one_forward(tiny_model_dir, dtype, varian
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gguf_stack_does_not_depend_on_the_thread_count(tiny_model_dir, dtype):
+def test_gguf_stack_does_not_depend_on_the_thread_count(stack_model_dir, dtype):
     """Each thread takes a share of every phase; the values must not depend on how
     many threads share it (one, two, or more than there are outputs to split)."""
-    model = load_model(tiny_model_dir, dtype, "gguf")
+    model = load_model(stack_model_dir, dtype, "gguf")
     kinds = {p.kind for w in model._kernel_weights(K) for p in (w.qkv, w.o_proj, w.gate_up, w.down)}
     assert kinds == {"gguf"}
     prompts = [list(range(5, 40)), list(range(300, 307)), [9]]

@@ -151,6 +151,10 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   quant::reset_rows(xq_att, tokens, q_width);
   quant::reset_rows(xq_act, tokens, inter);
   const stack::AttendFn<T> attend = stack::attend_for<T>(dim);
+  // Whole 32-blocks per head: the thread that attends a head quantises its output
+  // (o_proj's input) itself, with no phase and barrier of its own. Every token of the
+  // step is a query of one request (the kernel group's rows), so every block is written.
+  const bool heads_own_blocks = dim % 32 == 0;
   // Each projection's chunks claimed past the threads' first ones (4 per layer).
   std::unique_ptr<std::atomic<int64_t>[]> counters(new std::atomic<int64_t>[4 * layers.size()]);
   for (size_t i = 0; i < 4 * layers.size(); ++i) counters[i].store(0, std::memory_order_relaxed);
@@ -236,12 +240,20 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         attend(att, q, key_cache, value_cache, attn.tables + b * attn.max_blocks,
                attn.query_start[b], attn.query_len[b], attn.context_len[b], kv, hq, hkv,
                attn.block_size, attn.scale, attn.sliding_window, g0, g1);
+        if (!heads_own_blocks) return;
+        // The heads' outputs, written by this thread alone, quantised here for o_proj.
+        const int64_t head0 = kv * group + g0, per_head = dim / 32;
+        for (int64_t t = attn.query_start[b]; t < attn.query_start[b] + attn.query_len[b]; ++t)
+          quant::quantize_row_blocks(att + t * q_width, q_width, t, head0 * per_head,
+                                     (head0 + g1 - g0) * per_head, xq_att);
       };
       stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, attend_run);
+      if (!heads_own_blocks) {
 #pragma omp barrier
-      blocks(q_width, [&](int64_t t, int64_t b) {
-        quant::quantize_row_blocks(att + t * q_width, q_width, t, b, b + 1, xq_att);
-      });
+        blocks(q_width, [&](int64_t t, int64_t b) {
+          quant::quantize_row_blocks(att + t * q_width, q_width, t, b, b + 1, xq_att);
+        });
+      }
 #pragma omp barrier
       project(w.o_proj, xq_att, o, counters[4 * li + 1], &w.gate_up);
 #pragma omp barrier
