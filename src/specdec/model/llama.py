@@ -76,9 +76,19 @@ class RotaryTable(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos() * scaling, persistent=False)
         self.register_buffer("sin", emb.sin() * scaling, persistent=False)
+        self._cast: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype):
-        return self.cos[positions].to(dtype), self.sin[positions].to(dtype)
+        cos, sin = self._tables(dtype)
+        return cos.index_select(0, positions), sin.index_select(0, positions)
+
+    def _tables(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin rounded to ``dtype`` once (the values of a per-step cast), so a
+        step only gathers its positions' rows."""
+        cached = self._cast
+        if cached is None or cached[0].dtype != dtype or cached[0].device != self.cos.device:
+            cached = self._cast = (self.cos.to(dtype), self.sin.to(dtype))
+        return cached
 
 
 def head_dim_of(config) -> int:

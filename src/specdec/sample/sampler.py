@@ -50,11 +50,11 @@ class Sampler:
         raw_logprobs = None
         if any(p.logprobs is not None for p in params):
             raw_logprobs = finite_logprobs(torch.log_softmax(logits, dim=-1))
-        greedy = torch.tensor([p.greedy for p in params])
         tokens = self._argmax(logits)
-        if not bool(greedy.all()):
-            random_idx = (~greedy).nonzero().squeeze(1)
-            sub = [rows[i] for i in random_idx.tolist()]
+        random_rows = [i for i, p in enumerate(params) if not p.greedy]
+        if random_rows:
+            random_idx = torch.tensor(random_rows, dtype=torch.long)
+            sub = [rows[i] for i in random_rows]
             tokens[random_idx] = self._sample_random(logits[random_idx], sub)
         token_list = tokens.tolist()
         return SamplerOutput(token_list, _gather_logprobs(raw_logprobs, params, token_list))
