@@ -5,10 +5,11 @@
 // projection, norm, RoPE and attention call and allocates each output: at one decode
 // token, ~10 regions and ~10 allocations a layer, while the projections themselves
 // take ~50 µs a layer. Here the team is started once per step and the phases are
-// separated by barriers: each thread takes a fixed share of the row phases and the
-// attention (its rows, its query heads), and the projections' groups of outputs in
-// chunks from a counter (a thread slowed by another tenant does less). Buffers are
-// allocated once per step.
+// separated by barriers (team_barrier.h): each thread takes a fixed share of the row
+// phases, the attention (its rows, its query heads) and each projection's groups of
+// outputs. Shares are fixed, not claimed from a shared counter: when the two cores are
+// on different complexes each claim costs a cache line's trip between them (~0.4 µs,
+// ~700 a step), more than a balanced split loses. Buffers are allocated once per step.
 //
 // The values are those of the per-operation path bit for bit: each row, output and
 // head is computed by the same functions (row_ops.h, quant_linear.h's groups,
@@ -20,7 +21,6 @@
 #include <torch/extension.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,6 +29,7 @@
 #include "layer_weights.h"
 #include "quant_linear.h"
 #include "row_ops.h"
+#include "team_barrier.h"
 
 namespace specdec_kernels {
 
@@ -62,9 +63,6 @@ namespace stack {
 inline std::pair<int64_t, int64_t> share(int64_t n, int tid, int nt) {
   return {n * tid / nt, n * (tid + 1) / nt};
 }
-
-// A projection's groups are claimed in chunks of groups / (kChunksPerThread x threads).
-constexpr int64_t kChunksPerThread = 4;
 
 // K/V bytes of its attention tasks' context a thread asks for ahead of the layer's
 // attention (while the norm and q|k|v phases run): the cache rows come from memory
@@ -155,10 +153,12 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   // (o_proj's input) itself, with no phase and barrier of its own. Every token of the
   // step is a query of one request (the kernel group's rows), so every block is written.
   const bool heads_own_blocks = dim % 32 == 0;
-  // Each projection's chunks claimed past the threads' first ones (4 per layer).
-  std::unique_ptr<std::atomic<int64_t>[]> counters(new std::atomic<int64_t>[4 * layers.size()]);
-  for (size_t i = 0; i < 4 * layers.size(); ++i) counters[i].store(0, std::memory_order_relaxed);
+  // gate|up by 32-blocks of the intermediate (groups never straddle gate and up): each
+  // thread computes the gate and up outputs of its blocks, then their SiLU product and
+  // its quantisation for down, with no barrier between.
+  const bool own_gate_up_blocks = inter % 32 == 0 && 32 % quant::kLanes == 0;
   const int team_size = std::max(1, at::get_num_threads());
+  TeamBarrier barrier(team_size);
   const std::vector<int64_t> att_bounds = stack::attention_bounds(attn, hq, team_size);
 
 #pragma omp parallel num_threads(team_size)
@@ -192,26 +192,34 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       };
       stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, each);
     };
-    // A projection's groups of outputs, all rows, in chunks: a thread's first is chunk
-    // tid, the rest are claimed from the projection's counter by whichever thread is
-    // free (the threads finish together even when one is slowed). The next chunk is
-    // claimed before the current one runs, so its weights (after the last, the
-    // following projection's first chunk of this thread) are asked for meanwhile.
-    auto chunk_of = [&](const Projection& p) {
-      return std::max<int64_t>(1, p.quant->groups() / (stack::kChunksPerThread * nt));
-    };
+    auto wait_for_team = [&] { barrier.arrive_and_wait(tid, nt); };
+    // This thread's groups of a projection's outputs, all rows; while its last group
+    // runs, the following projection's first weights of this thread are asked for.
     auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y,
-                       std::atomic<int64_t>& claimed, const Projection* following) {
-      const int64_t groups = p.quant->groups(), chunk = chunk_of(p);
+                       const Projection* following) {
+      const auto [g0, g1] = stack::share(p.quant->groups(), tid, nt);
       const uint8_t* after =  // nullptr past the following projection's last group
-          following ? quant::group_bytes(*following->quant, tid * chunk_of(*following)) : nullptr;
-      for (int64_t c = tid; c * chunk < groups;) {
-        const int64_t next = nt + claimed.fetch_add(1, std::memory_order_relaxed);
-        const uint8_t* then = next * chunk < groups ? quant::group_bytes(*p.quant, next * chunk)
-                                                    : after;
-        quant::quant_groups<T>(*p.quant, xq, tokens, c * chunk,
-                               std::min(groups, (c + 1) * chunk), y, then);
-        c = next;
+          following ? quant::group_bytes(*following->quant,
+                                         stack::share(following->quant->groups(), tid, nt).first)
+                    : nullptr;
+      quant::quant_groups<T>(*p.quant, xq, tokens, g0, g1, y, after);
+    };
+    // gate|up for this thread's 32-blocks b0 .. b1 of the intermediate (gate's groups,
+    // then up's), then silu(gate) * up and its quantisation for down.
+    auto gate_up_act = [&](const Projection& p, const Projection& following) {
+      const auto [b0, b1] = stack::share(inter / 32, tid, nt);
+      const int64_t g0 = 32 * b0 / quant::kLanes, g1 = 32 * b1 / quant::kLanes;
+      const int64_t up0 = inter / quant::kLanes;
+      quant::quant_groups<T>(*p.quant, xq_hidden, tokens, g0, g1, gate_up,
+                             quant::group_bytes(*p.quant, up0 + g0));
+      quant::quant_groups<T>(
+          *p.quant, xq_hidden, tokens, up0 + g0, up0 + g1, gate_up,
+          quant::group_bytes(*following.quant,
+                             stack::share(following.quant->groups(), tid, nt).first));
+      for (int64_t t = 0; t < tokens; ++t) {
+        const T* g = gate_up + t * 2 * inter;
+        silu_mul_range(act + t * inter, g, g + inter, 32 * b0, 32 * b1);
+        quant::quantize_row_blocks(act + t * inter, inter, t, b0, b1, xq_act);
       }
     };
     // This thread's (row, 32-block) items of a [T, n] input: body(t, b), in order.
@@ -228,14 +236,14 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       T* value_cache = key_cache + num_slots * hkv * dim;
       norm_rows(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps, x, &xq_hidden);
       prefetch_kv(key_cache, value_cache);
-#pragma omp barrier
-      project(w.qkv, xq_hidden, qkv, counters[4 * li], &w.o_proj);
-#pragma omp barrier
+      wait_for_team();
+      project(w.qkv, xq_hidden, qkv, &w.o_proj);
+      wait_for_team();
       for (int64_t t = r0; t < r1; ++t)
         rope_write_token(q + t * q_width, qkv + t * qkv_width, cos + t * dim, sin + t * dim,
                          key_cache + slots[t] * hkv * dim, value_cache + slots[t] * hkv * dim,
                          hq, hkv, dim);
-#pragma omp barrier
+      wait_for_team();
       auto attend_run = [&](int64_t b, int64_t kv, int64_t g0, int64_t g1) {
         attend(att, q, key_cache, value_cache, attn.tables + b * attn.max_blocks,
                attn.query_start[b], attn.query_len[b], attn.context_len[b], kv, hq, hkv,
@@ -249,27 +257,30 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       };
       stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, attend_run);
       if (!heads_own_blocks) {
-#pragma omp barrier
+        wait_for_team();
         blocks(q_width, [&](int64_t t, int64_t b) {
           quant::quantize_row_blocks(att + t * q_width, q_width, t, b, b + 1, xq_att);
         });
       }
-#pragma omp barrier
-      project(w.o_proj, xq_att, o, counters[4 * li + 1], &w.gate_up);
-#pragma omp barrier
+      wait_for_team();
+      project(w.o_proj, xq_att, o, &w.gate_up);
+      wait_for_team();
       norm_rows(o, w.post_norm.data_ptr<T>(), eps, x, &xq_hidden);
-#pragma omp barrier
-      project(w.gate_up, xq_hidden, gate_up, counters[4 * li + 2], &w.down);
-#pragma omp barrier
-      blocks(inter, [&](int64_t t, int64_t b) {
-        const T* g = gate_up + t * 2 * inter;
-        silu_mul_range(act + t * inter, g, g + inter, 32 * b, std::min(inter, 32 * b + 32));
-        quant::quantize_row_blocks(act + t * inter, inter, t, b, b + 1, xq_act);
-      });
-#pragma omp barrier
-      project(w.down, xq_act, down, counters[4 * li + 3],
-              li + 1 < layers.size() ? &layers[li + 1]->qkv : nullptr);
-#pragma omp barrier
+      wait_for_team();
+      if (own_gate_up_blocks) {
+        gate_up_act(w.gate_up, w.down);
+      } else {
+        project(w.gate_up, xq_hidden, gate_up, &w.down);
+        wait_for_team();
+        blocks(inter, [&](int64_t t, int64_t b) {
+          const T* g = gate_up + t * 2 * inter;
+          silu_mul_range(act + t * inter, g, g + inter, 32 * b, std::min(inter, 32 * b + 32));
+          quant::quantize_row_blocks(act + t * inter, inter, t, b, b + 1, xq_act);
+        });
+      }
+      wait_for_team();
+      project(w.down, xq_act, down, li + 1 < layers.size() ? &layers[li + 1]->qkv : nullptr);
+      wait_for_team();
     }
     norm_rows(down, final_norm, final_eps, out, nullptr);
   }
