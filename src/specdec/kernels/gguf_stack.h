@@ -153,10 +153,10 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   // (o_proj's input) itself, with no phase and barrier of its own. Every token of the
   // step is a query of one request (the kernel group's rows), so every block is written.
   const bool heads_own_blocks = dim % 32 == 0;
-  // gate|up by 32-blocks of the intermediate (groups never straddle gate and up): each
-  // thread computes the gate and up outputs of its blocks, then their SiLU product and
-  // its quantisation for down, with no barrier between.
-  const bool own_gate_up_blocks = inter % 32 == 0 && 32 % quant::kLanes == 0;
+  // gate|up runs by 32-blocks of the intermediate, whole groups of gate's and of up's
+  // outputs: the intermediate is down's input, whole GGUF blocks (32 or 256 wide).
+  static_assert(32 % quant::kLanes == 0, "a 32-block of outputs is whole groups");
+  TORCH_CHECK(inter % 32 == 0, "gguf_stack: intermediate size ", inter, " not whole 32-blocks");
   const int team_size = std::max(1, at::get_num_threads());
   TeamBarrier barrier(team_size);
   const std::vector<int64_t> att_bounds = stack::attention_bounds(attn, hq, team_size);
@@ -193,29 +193,29 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, each);
     };
     auto wait_for_team = [&] { barrier.arrive_and_wait(tid, nt); };
-    // This thread's groups of a projection's outputs, all rows; while its last group
-    // runs, the following projection's first weights of this thread are asked for.
+    // This thread's first weights of a projection (nullptr for none, or past its last
+    // group), asked for while its last group of the projection before runs.
+    auto first_weights = [&](const Projection* p) -> const uint8_t* {
+      return p ? quant::group_bytes(*p->quant, stack::share(p->quant->groups(), tid, nt).first)
+               : nullptr;
+    };
+    // This thread's groups of a projection's outputs, all rows.
     auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y,
                        const Projection* following) {
       const auto [g0, g1] = stack::share(p.quant->groups(), tid, nt);
-      const uint8_t* after =  // nullptr past the following projection's last group
-          following ? quant::group_bytes(*following->quant,
-                                         stack::share(following->quant->groups(), tid, nt).first)
-                    : nullptr;
-      quant::quant_groups<T>(*p.quant, xq, tokens, g0, g1, y, after);
+      quant::quant_groups<T>(*p.quant, xq, tokens, g0, g1, y, first_weights(following));
     };
     // gate|up for this thread's 32-blocks b0 .. b1 of the intermediate (gate's groups,
-    // then up's), then silu(gate) * up and its quantisation for down.
+    // then up's), then silu(gate) * up and its quantisation for down, with no barrier
+    // between: no thread reads another's gate or up.
     auto gate_up_act = [&](const Projection& p, const Projection& following) {
       const auto [b0, b1] = stack::share(inter / 32, tid, nt);
       const int64_t g0 = 32 * b0 / quant::kLanes, g1 = 32 * b1 / quant::kLanes;
       const int64_t up0 = inter / quant::kLanes;
       quant::quant_groups<T>(*p.quant, xq_hidden, tokens, g0, g1, gate_up,
                              quant::group_bytes(*p.quant, up0 + g0));
-      quant::quant_groups<T>(
-          *p.quant, xq_hidden, tokens, up0 + g0, up0 + g1, gate_up,
-          quant::group_bytes(*following.quant,
-                             stack::share(following.quant->groups(), tid, nt).first));
+      quant::quant_groups<T>(*p.quant, xq_hidden, tokens, up0 + g0, up0 + g1, gate_up,
+                             first_weights(&following));
       for (int64_t t = 0; t < tokens; ++t) {
         const T* g = gate_up + t * 2 * inter;
         silu_mul_range(act + t * inter, g, g + inter, 32 * b0, 32 * b1);
@@ -267,17 +267,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       wait_for_team();
       norm_rows(o, w.post_norm.data_ptr<T>(), eps, x, &xq_hidden);
       wait_for_team();
-      if (own_gate_up_blocks) {
-        gate_up_act(w.gate_up, w.down);
-      } else {
-        project(w.gate_up, xq_hidden, gate_up, &w.down);
-        wait_for_team();
-        blocks(inter, [&](int64_t t, int64_t b) {
-          const T* g = gate_up + t * 2 * inter;
-          silu_mul_range(act + t * inter, g, g + inter, 32 * b, std::min(inter, 32 * b + 32));
-          quant::quantize_row_blocks(act + t * inter, inter, t, b, b + 1, xq_act);
-        });
-      }
+      gate_up_act(w.gate_up, w.down);
       wait_for_team();
       project(w.down, xq_act, down, li + 1 < layers.size() ? &layers[li + 1]->qkv : nullptr);
       wait_for_team();
