@@ -165,14 +165,23 @@ def stack_model_dir(request, tiny_model_dir):
     return request.getfixturevalue("head_dim_32_model_dir")
 
 
+# Step shapes for the stack: many rows (each thread norms its share of them) and few
+# (every thread norms all of them on its own copy of the residual stream).
+STEP_PROMPTS = {
+    "many_rows": [list(range(5, 40)), list(range(300, 307))],
+    "few_rows": [list(range(5, 10)), [300, 301]],
+}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("variant", ["plain", "int8", "module", "gguf"])
-def test_stack_and_per_layer_paths_are_one_forward(stack_model_dir, dtype, variant):
+@pytest.mark.parametrize("rows", list(STEP_PROMPTS))
+def test_stack_and_per_layer_paths_are_one_forward(stack_model_dir, dtype, variant, rows):
     """decoder_stack (for GGUF layers: gguf_stack.h's one parallel region) and the
     per-layer path compute the same values: bit-identical hidden states and caches; in
     float32 both agree with the eager forward."""
     model = load_model(stack_model_dir, dtype, variant)
-    prompts = [list(range(5, 40)), list(range(300, 307))]
+    prompts = STEP_PROMPTS[rows]
     stack, stack_caches = prompt_step(model, prompts, "stack")
     per_layer, layer_caches = prompt_step(model, prompts, "per_layer")
     assert torch.equal(stack, per_layer)
@@ -184,13 +193,14 @@ def test_stack_and_per_layer_paths_are_one_forward(stack_model_dir, dtype, varia
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gguf_stack_does_not_depend_on_the_thread_count(stack_model_dir, dtype):
+@pytest.mark.parametrize("rows", list(STEP_PROMPTS))
+def test_gguf_stack_does_not_depend_on_the_thread_count(stack_model_dir, dtype, rows):
     """Each thread takes a share of every phase; the values must not depend on how
     many threads share it (one, two, or more than there are outputs to split)."""
     model = load_model(stack_model_dir, dtype, "gguf")
     kinds = {p.kind for w in model._kernel_weights(K) for p in (w.qkv, w.o_proj, w.gate_up, w.down)}
     assert kinds == {"gguf"}
-    prompts = [list(range(5, 40)), list(range(300, 307)), [9]]
+    prompts = STEP_PROMPTS[rows] + [[9]]
     before = torch.get_num_threads()
     results = []
     try:

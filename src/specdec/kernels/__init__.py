@@ -29,8 +29,9 @@ import torch
 from specdec import isa
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-HEADERS = ("vec16.h", "row_ops.h", "attention_tile.h", "attention_amx.h", "tile_linear.h",
-           "layer_weights.h", "gguf_stack.h", "quant_linear.h", "bf16_linear.h")
+# Every header next to the source is part of the build's cache key: a header left out of
+# a hand-kept list would let an edit to it run a stale build.
+HEADERS = tuple(sorted(p.name for p in SOURCE.parent.glob("*.h")))
 
 
 def enabled_by_env() -> bool:

@@ -11,6 +11,13 @@
 // on different complexes each claim costs a cache line's trip between them (~0.4 µs,
 // ~700 a step), more than a balanced split loses. Buffers are allocated once per step.
 //
+// A layer of a decode step crosses 5 barriers: after q|k|v (split by heads, so the
+// thread that projects a head also rotates it and writes it to the cache), after the
+// attention, after o_proj, after gate|up (whose SiLU and quantisation each thread does
+// for its own blocks) and after down. The two norms need none: with few rows every
+// thread norms all of them on its own copy of the residual stream. While a thread waits
+// at a barrier it asks for its next weights (wait_prefetch.h).
+//
 // The values are those of the per-operation path bit for bit: each row, output and
 // head is computed by the same functions (row_ops.h, quant_linear.h's groups,
 // attention_tile.h's attend_one), whatever the thread or the share it falls in.
@@ -30,6 +37,7 @@
 #include "quant_linear.h"
 #include "row_ops.h"
 #include "team_barrier.h"
+#include "wait_prefetch.h"
 
 namespace specdec_kernels {
 
@@ -69,6 +77,12 @@ inline std::pair<int64_t, int64_t> share(int64_t n, int tid, int nt) {
 // (the weights streamed since evicted them), and the kernel's own one-chunk-ahead
 // prefetch leaves its first chunks waiting on memory latency.
 constexpr int64_t kKvPrefetchBytes = 256 << 10;
+
+// Rows up to which every thread norms all of a step's rows itself, on its own copy of the
+// residual stream, instead of its share of them followed by a barrier: a decode step or
+// a speculative verification (a row costs ~0.5 µs; a barrier ~0.3-1 µs plus the wait for
+// the slower thread).
+constexpr int64_t kPrivateRows = 8;
 
 // Split the attention's (request, query head) items, request-major, into nt contiguous
 // ranges of about equal work (queries x context): bounds[t] .. bounds[t + 1]. Query
@@ -131,11 +145,16 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   const int64_t hq = first.num_heads, q_width = hq * dim, group = hq / hkv;
   const int64_t qkv_width = (hq + 2 * hkv) * dim;
   const int64_t inter = first.gate_up.quant->out_features / 2;
+  const int team_size = std::max(1, at::get_num_threads());
+  // Few rows: every thread keeps its own copy of the residual stream and norms all its
+  // rows itself (a few µs), so no barrier follows a norm; see stack::kPrivateRows.
+  const bool private_rows = tokens <= stack::kPrivateRows;
   const auto opts =
       at::TensorOptions().dtype(std::is_same_v<T, float> ? at::kFloat : at::kBFloat16);
   // One buffer per intermediate, allocated once for the step.
+  const int64_t own_size = private_rows ? 2 * tokens * hidden : 0;  // per thread
   at::Tensor buffers = at::empty({tokens * (hidden + qkv_width + 2 * q_width + 2 * hidden +
-                                            2 * inter + inter)}, opts);
+                                            2 * inter + inter) + team_size * own_size}, opts);
   T* x = buffers.data_ptr<T>();        // normed stream [T, hidden]
   T* qkv = x + tokens * hidden;        // [T, qkv_width]
   T* q = qkv + tokens * qkv_width;     // rotated queries [T, hq, D]
@@ -144,10 +163,13 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   T* down = o + tokens * hidden;       // the MLP's output [T, hidden]
   T* gate_up = down + tokens * hidden; // [T, 2I]
   T* act = gate_up + tokens * 2 * inter;  // silu(gate) * up [T, I]
+  T* own_rows = act + tokens * inter;  // per thread: residual and normed rows [2, T, hidden]
   quant::QuantizedRows xq_hidden, xq_att, xq_act;
   quant::reset_rows(xq_hidden, tokens, hidden);
   quant::reset_rows(xq_att, tokens, q_width);
   quant::reset_rows(xq_act, tokens, inter);
+  std::vector<quant::QuantizedRows> xq_own(private_rows ? team_size : 0);
+  for (quant::QuantizedRows& xq : xq_own) quant::reset_rows(xq, tokens, hidden);
   const stack::AttendFn<T> attend = stack::attend_for<T>(dim);
   // Whole 32-blocks per head: the thread that attends a head quantises its output
   // (o_proj's input) itself, with no phase and barrier of its own. Every token of the
@@ -157,7 +179,10 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   // outputs: the intermediate is down's input, whole GGUF blocks (32 or 256 wide).
   static_assert(32 % quant::kLanes == 0, "a 32-block of outputs is whole groups");
   TORCH_CHECK(inter % 32 == 0, "gguf_stack: intermediate size ", inter, " not whole 32-blocks");
-  const int team_size = std::max(1, at::get_num_threads());
+  // q|k|v is split by heads, whole groups each (supports_head_dim: 16 .. 256), so the
+  // thread that projects a head rotates it and writes it to the cache itself.
+  TORCH_CHECK(dim % quant::kLanes == 0, "gguf_stack: head size ", dim, " not whole groups");
+  const int64_t head_groups = dim / quant::kLanes;
   TeamBarrier barrier(team_size);
   const std::vector<int64_t> att_bounds = stack::attention_bounds(attn, hq, team_size);
 
@@ -168,14 +193,32 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
     const std::vector<int64_t> bounds =
         nt == team_size ? att_bounds : stack::attention_bounds(attn, hq, nt);
     const auto [r0, r1] = stack::share(tokens, tid, nt);
-    // Norm rows r0 .. r1 (adding add first, when given) and quantise them for xq.
-    auto norm_rows = [&](const T* add, const T* weight, float eps, T* dst,
-                         quant::QuantizedRows* xq) {
-      for (int64_t t = r0; t < r1; ++t) {
-        add_rms_norm_row(dst + t * hidden, h + t * hidden, add ? add + t * hidden : nullptr,
+    using Range = std::pair<int64_t, int64_t>;
+    // This thread's groups of q|k|v's outputs: whole heads (q's, then k's, then v's).
+    const auto [u0, u1] = stack::share(hq + 2 * hkv, tid, nt);
+    const Range qkv_groups{u0 * head_groups, u1 * head_groups};
+    auto groups_of = [&](const Projection& p) { return stack::share(p.quant->groups(), tid, nt); };
+
+    // Norm rows t0 .. t1 of res (adding add first, when given) into dst, and quantise
+    // them for xq.
+    auto norm_rows = [&](int64_t t0, int64_t t1, T* res, const T* add, const T* weight,
+                         float eps, T* dst, quant::QuantizedRows* xq) {
+      for (int64_t t = t0; t < t1; ++t) {
+        add_rms_norm_row(dst + t * hidden, res + t * hidden, add ? add + t * hidden : nullptr,
                          weight, hidden, eps);
         if (xq) quant::quantize_row_blocks(dst + t * hidden, hidden, t, 0, xq->blocks, *xq);
       }
+    };
+    // The residual stream and the normed rows this thread's projections read: its own
+    // copies, all rows (private_rows), or the shared ones, each thread norming its rows.
+    T* const res = private_rows ? own_rows + tid * own_size : h;
+    T* const normed = private_rows ? res + tokens * hidden : x;
+    quant::QuantizedRows& xq_normed = private_rows ? xq_own[tid] : xq_hidden;
+    if (private_rows) std::copy(h, h + tokens * hidden, res);
+    // Norm the stream after adding add; a barrier follows unless the rows are private.
+    auto norm_stream = [&](const T* add, const T* weight, float eps) {
+      if (private_rows) return norm_rows(0, tokens, res, add, weight, eps, normed, &xq_normed);
+      norm_rows(r0, r1, res, add, weight, eps, normed, &xq_normed);
     };
     // Ask for this thread's attention items' cached K/V rows (up to kKvPrefetchBytes).
     auto prefetch_kv = [&](const T* key_cache, const T* value_cache) {
@@ -192,30 +235,48 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       };
       stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, each);
     };
-    auto wait_for_team = [&] { barrier.arrive_and_wait(tid, nt); };
-    // This thread's first weights of a projection (nullptr for none, or past its last
-    // group), asked for while its last group of the projection before runs.
-    auto first_weights = [&](const Projection* p) -> const uint8_t* {
-      return p ? quant::group_bytes(*p->quant, stack::share(p->quant->groups(), tid, nt).first)
-               : nullptr;
+    // While it waits at a barrier, a thread asks for the weights it projects next.
+    WaitPrefetch ahead;
+    auto prefetch_next = [&](const Projection* p, Range groups) {
+      ahead.aim(p ? p->quant.get() : nullptr, groups.first, groups.second);
     };
-    // This thread's groups of a projection's outputs, all rows.
-    auto project = [&](const Projection& p, const quant::QuantizedRows& xq, T* y,
-                       const Projection* following) {
-      const auto [g0, g1] = stack::share(p.quant->groups(), tid, nt);
-      quant::quant_groups<T>(*p.quant, xq, tokens, g0, g1, y, first_weights(following));
+    auto wait_for_team = [&] { barrier.arrive_and_wait(tid, nt, [&] { return ahead.step(); }); };
+    // This thread's groups g of a projection's outputs, all rows; then: the first weights
+    // of the projection after it (a multi-tile chunk asks for them as it ends).
+    auto project = [&](const Projection& p, Range g, const quant::QuantizedRows& xq, T* y,
+                       const uint8_t* then) {
+      quant::quant_groups<T>(*p.quant, xq, tokens, g.first, g.second, y, then);
+    };
+    auto first_weights = [&](const Projection& p, Range g) {
+      return quant::group_bytes(*p.quant, g.first);
+    };
+    // q|k|v for this thread's heads, each rotated (q, k) and written to the cache (k, v)
+    // as soon as it is projected: no barrier between the projection and RoPE.
+    auto qkv_rope = [&](const LayerWeights& w, T* key_cache, T* value_cache) {
+      project(w.qkv, qkv_groups, xq_normed, qkv, first_weights(w.o_proj, groups_of(w.o_proj)));
+      for (int64_t t = 0; t < tokens; ++t) {
+        const T* src = qkv + t * qkv_width;
+        const T *c = cos + t * dim, *s = sin + t * dim;
+        T* k_slot = key_cache + slots[t] * hkv * dim;
+        T* v_slot = value_cache + slots[t] * hkv * dim;
+        for (int64_t u = u0; u < u1; ++u) {
+          const T* head = src + u * dim;
+          if (u < hq) rope(q + t * q_width + u * dim, head, c, s, dim);
+          else if (u < hq + hkv) rope(k_slot + (u - hq) * dim, head, c, s, dim);
+          else std::copy(head, head + dim, v_slot + (u - hq - hkv) * dim);
+        }
+      }
     };
     // gate|up for this thread's 32-blocks b0 .. b1 of the intermediate (gate's groups,
     // then up's), then silu(gate) * up and its quantisation for down, with no barrier
     // between: no thread reads another's gate or up.
+    const auto [b0, b1] = stack::share(inter / 32, tid, nt);
+    const Range gate_groups{32 * b0 / quant::kLanes, 32 * b1 / quant::kLanes};
+    const int64_t up0 = inter / quant::kLanes;
+    const Range up_groups{up0 + gate_groups.first, up0 + gate_groups.second};
     auto gate_up_act = [&](const Projection& p, const Projection& following) {
-      const auto [b0, b1] = stack::share(inter / 32, tid, nt);
-      const int64_t g0 = 32 * b0 / quant::kLanes, g1 = 32 * b1 / quant::kLanes;
-      const int64_t up0 = inter / quant::kLanes;
-      quant::quant_groups<T>(*p.quant, xq_hidden, tokens, g0, g1, gate_up,
-                             quant::group_bytes(*p.quant, up0 + g0));
-      quant::quant_groups<T>(*p.quant, xq_hidden, tokens, up0 + g0, up0 + g1, gate_up,
-                             first_weights(&following));
+      project(p, gate_groups, xq_normed, gate_up, first_weights(p, up_groups));
+      project(p, up_groups, xq_normed, gate_up, first_weights(following, groups_of(following)));
       for (int64_t t = 0; t < tokens; ++t) {
         const T* g = gate_up + t * 2 * inter;
         silu_mul_range(act + t * inter, g, g + inter, 32 * b0, 32 * b1);
@@ -231,18 +292,16 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
 
     for (size_t li = 0; li < layers.size(); ++li) {
       const LayerWeights& w = *layers[li];
+      const LayerWeights* next = li + 1 < layers.size() ? layers[li + 1].get() : nullptr;
       const float eps = static_cast<float>(w.eps);
       T* key_cache = caches[li];
       T* value_cache = key_cache + num_slots * hkv * dim;
-      norm_rows(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps, x, &xq_hidden);
+      if (li == 0) prefetch_next(&w.qkv, qkv_groups);
+      norm_stream(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps);
       prefetch_kv(key_cache, value_cache);
-      wait_for_team();
-      project(w.qkv, xq_hidden, qkv, &w.o_proj);
-      wait_for_team();
-      for (int64_t t = r0; t < r1; ++t)
-        rope_write_token(q + t * q_width, qkv + t * qkv_width, cos + t * dim, sin + t * dim,
-                         key_cache + slots[t] * hkv * dim, value_cache + slots[t] * hkv * dim,
-                         hq, hkv, dim);
+      if (!private_rows) wait_for_team();
+      prefetch_next(&w.o_proj, groups_of(w.o_proj));
+      qkv_rope(w, key_cache, value_cache);
       wait_for_team();
       auto attend_run = [&](int64_t b, int64_t kv, int64_t g0, int64_t g1) {
         attend(att, q, key_cache, value_cache, attn.tables + b * attn.max_blocks,
@@ -263,16 +322,22 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
         });
       }
       wait_for_team();
-      project(w.o_proj, xq_att, o, &w.gate_up);
+      prefetch_next(&w.gate_up, gate_groups);
+      project(w.o_proj, groups_of(w.o_proj), xq_att, o, first_weights(w.gate_up, gate_groups));
       wait_for_team();
-      norm_rows(o, w.post_norm.data_ptr<T>(), eps, x, &xq_hidden);
-      wait_for_team();
+      norm_stream(o, w.post_norm.data_ptr<T>(), eps);
+      if (!private_rows) wait_for_team();
+      prefetch_next(&w.down, groups_of(w.down));
       gate_up_act(w.gate_up, w.down);
       wait_for_team();
-      project(w.down, xq_act, down, li + 1 < layers.size() ? &layers[li + 1]->qkv : nullptr);
+      prefetch_next(next ? &next->qkv : nullptr, qkv_groups);
+      project(w.down, groups_of(w.down), xq_act, down,
+              next ? first_weights(next->qkv, qkv_groups) : nullptr);
       wait_for_team();
     }
-    norm_rows(down, final_norm, final_eps, out, nullptr);
+    // The final norm, each thread its rows; its copy of the stream back into h.
+    norm_rows(r0, r1, res, down, final_norm, final_eps, out, nullptr);
+    if (private_rows) std::copy(res + r0 * hidden, res + r1 * hidden, h + r0 * hidden);
   }
 }
 

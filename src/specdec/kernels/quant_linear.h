@@ -740,11 +740,13 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
       const int64_t n0 = g * kLanes, lanes = std::min(kLanes, seg.rows - n0);
       for (int64_t t0 = c0; t0 < c1; t0 += kQuantTile) {
         const int64_t tile = std::min(kQuantTile, rows_x - t0);
-        // The next group's weights (after the last one, then's) are asked for by the
-        // chunk's second tile (reading this group from L1, it leaves the memory idle),
-        // or by its only one.
+        // A chunk of several tiles reads each group from L1 after its first tile, leaving
+        // the memory idle: its second tile asks for the next group's weights (after the
+        // last one, then's). A chunk of one tile streams the groups once, and leaves
+        // them to the hardware prefetcher: asking for them too made a 1-row decode
+        // step's projections ~5 % slower.
         const uint8_t* next = g + 1 < g1 ? w + bytes : then;
-        const bool ask = t0 == (c1 - c0 > kQuantTile ? c0 + kQuantTile : c0);
+        const bool ask = c1 - c0 > kQuantTile && t0 == c0 + kQuantTile;
         group_rows<F>(w, blocks, x, t0, tile, out, ask ? next : nullptr);
         for (int64_t r = 0; r < tile; ++r) {
           Out* yr = y + (t0 + r) * ldy + seg.row0 + n0;

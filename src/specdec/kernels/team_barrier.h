@@ -29,6 +29,13 @@ class TeamBarrier {
   // returns once all nt have arrived. What a thread wrote before arriving is visible to
   // every thread after it returns.
   void arrive_and_wait(int tid, int nt) {
+    arrive_and_wait(tid, nt, [] { return false; });
+  }
+
+  // The same, calling idle() while it waits (a short piece of work each call; it
+  // returns false once it has none left, and the wait then spins).
+  template <typename Idle>
+  void arrive_and_wait(int tid, int nt, Idle&& idle) {
     const int64_t mine = slots_[tid].arrived.load(std::memory_order_relaxed) + 1;
     slots_[tid].arrived.store(mine, std::memory_order_release);
     for (int other = 0; other < nt; ++other) {
@@ -37,7 +44,7 @@ class TeamBarrier {
         // A thread that is not running (more threads than free cores) is waited for
         // by yielding, not by spinning through its time slice.
         if (++spins < kSpinsBeforeYield) {
-          pause();
+          if (!idle()) pause();
         } else {
           std::this_thread::yield();
         }
