@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -292,3 +294,20 @@ def test_decode_and_verification_attend_identically(amx_attention):
     alone = [torch.tensor([v], dtype=torch.int32) for v in (0, 1, 116)]
     K.paged_attention(decode, q[:1].contiguous(), cache, tables, *alone, 16, 0.125, 0)
     assert torch.equal(decode[0], verify[0])
+
+
+def test_core_round_trip_is_measured_between_two_cpus(monkeypatch):
+    """The latency bench's core-placement figure: a positive time for a line's round
+    trip (also between one CPU and itself, where the two threads take turns), none
+    without a second CPU, and nonsense arguments refused."""
+    from specdec.bench.latency import core_round_trip_ns
+
+    assert 0 < K.core_round_trip_ns(0, 0, trips=200, rounds=1) < 1e7
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        assert 0 < core_round_trip_ns(K) < 1e6
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {cpus[0]})
+    assert core_round_trip_ns(K) is None
+    assert core_round_trip_ns(None) is None
+    with pytest.raises(RuntimeError, match="trips and rounds"):
+        K.core_round_trip_ns(0, 1, trips=0)

@@ -8,6 +8,7 @@ same process, and the decode speed-up is printed with the acceptance metrics.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -65,6 +66,17 @@ def memory_bandwidth(size_bytes: int = 512 * 2**20, repeats: int = 7) -> float:
     return size_bytes / best
 
 
+def core_round_trip_ns(kernels) -> float | None:
+    """Nanoseconds for a cache line to go between the first two CPUs this process may
+    run on and back (None with one CPU or without the fused kernels). Under ~150 ns the
+    two share a core complex; several hundred, they sit on two (each with its own path
+    to memory: more bandwidth, and slower hand-offs between the step's threads)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if kernels is None or len(cpus) < 2:
+        return None
+    return kernels.core_round_trip_ns(cpus[0], cpus[1])
+
+
 def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -> dict:
     """Run each prompt alone; decode time per output token across all runs."""
     from specdec import SamplingParams
@@ -99,11 +111,16 @@ def main(args: argparse.Namespace) -> dict:
     options = constraint_options(args)
     # Other tenants move this host's bandwidth between runs (40-73 GB/s seen): sample it
     # around the measured run and take the median, printing the spread.
-    bandwidths = [memory_bandwidth()]
+    # The host also moves the two CPUs between one core complex and two (the step's
+    # hand-offs between threads cost ~5x more on two): sampled with the bandwidth.
+    kernels = llm.engine.kernels
+    bandwidths, round_trips = [memory_bandwidth()], [core_round_trip_ns(kernels)]
     base = measure(llm, prompts, params, args.repeats, options)
     bandwidths.append(memory_bandwidth())
+    round_trips.append(core_round_trip_ns(kernels))
     floor = weight_streaming_floor(llm.engine.model)
     bandwidths.append(memory_bandwidth())
+    round_trips.append(core_round_trip_ns(kernels))
     bandwidth = statistics.median(bandwidths)
     weight_bytes = streamed_weight_bytes(llm.engine.model)
     dtype = str(llm.engine.dtype).removeprefix("torch.")
@@ -113,7 +130,8 @@ def main(args: argparse.Namespace) -> dict:
               "itl_over_floor": base["itl_ms"] / (1e3 * floor),
               "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
               "bandwidth_samples_gb_s": [b / 1e9 for b in bandwidths],
-              "bytes_floor_ms": 1e3 * weight_bytes / bandwidth}
+              "bytes_floor_ms": 1e3 * weight_bytes / bandwidth,
+              "core_round_trip_ns": round_trips}
     print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new"
           f"{', constrained by ' + str(options) if options else ''}): "
           f"TTFT {base['ttft_ms']:.1f} ms, mean ITL {base['itl_ms']:.2f} ms "
@@ -127,6 +145,10 @@ def main(args: argparse.Namespace) -> dict:
           f"around the run: {min(bandwidths) / 1e9:.1f}-{max(bandwidths) / 1e9:.1f}) = "
           f"{result['bytes_floor_ms']:.2f} ms "
           f"-> ITL / bytes floor = {base['itl_ms'] / result['bytes_floor_ms']:.2f}x")
+    if None not in round_trips:
+        print(f"core round trip {' / '.join(f'{ns:.0f}' for ns in round_trips)} ns (before / "
+              "after the run / after the floor; under ~150 ns: the two CPUs share a core "
+              "complex, several hundred: they sit on two)")
     result["steps_on_fewer_threads"] = fewer = base["stats"]["steps_on_fewer_threads"]
     if fewer:
         print(f"note: {fewer} of {base['stats']['steps']} steps ran on fewer threads (other "

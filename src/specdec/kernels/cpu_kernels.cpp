@@ -29,6 +29,7 @@
 #include "attention_amx.h"
 #include "attention_tile.h"
 #include "bf16_linear.h"
+#include "core_round_trip.h"
 #include "gguf_stack.h"
 #include "layer_weights.h"
 #include "quant_linear.h"
@@ -910,6 +911,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_amx_attention", &set_amx_attention, "use AMX for bf16 attention; returns the old value");
   m.def("has_amx_attention", &has_amx_attention, "whether the AMX attention kernel can run here");
   m.def("supports_head_dim", &supports_head_dim, "head sizes paged_attention is built for");
+  m.def(
+      "core_round_trip_ns",
+      [](int64_t cpu_a, int64_t cpu_b, int64_t trips, int64_t rounds) {
+        TORCH_CHECK(trips >= 1 && rounds >= 1, "core_round_trip_ns: trips and rounds >= 1");
+        py::gil_scoped_release released;
+        return core_round_trip_ns(cpu_a, cpu_b, trips, rounds);
+      },
+      "median ns for a cache line to go from CPU a to CPU b and back",
+      py::arg("cpu_a"), py::arg("cpu_b"), py::arg("trips") = 2000, py::arg("rounds") = 5);
   m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
   m.def("has_tile_linear", &has_tile_linear, "whether AMX projections can run here");
   m.def("pack_tile_weight", &pack_tile_weight, "pre-pack a bf16 [N, K] weight for tile_linear");
