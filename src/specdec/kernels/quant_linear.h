@@ -730,13 +730,14 @@ template <GgufFormat F, typename T, typename Out>
 void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t rows_x, int64_t g0,
                     int64_t g1, const float* bias, Out* y, int64_t ldy, const uint8_t* then) {
   const int64_t bytes = seg.blocks.size(1), blocks = bytes / record_bytes(F);
+  const uint8_t* weights = seg.blocks.data_ptr<uint8_t>();
   alignas(64) float out[kQuantTile * kLanes];
   // Chunks of kRowChunk x rows (~100 KB of int8 x at in = 1536) stay in L2 while the
   // groups pass over them; a group's weights stay in L1 across a chunk's tiles.
   for (int64_t c0 = 0; c0 < rows_x; c0 += kRowChunk) {
     const int64_t c1 = std::min(rows_x, c0 + kRowChunk);
     for (int64_t g = g0; g < g1; ++g) {
-      const uint8_t* w = seg.blocks.data_ptr<uint8_t>() + g * bytes;
+      const uint8_t* w = weights + g * bytes;
       const int64_t n0 = g * kLanes, lanes = std::min(kLanes, seg.rows - n0);
       for (int64_t t0 = c0; t0 < c1; t0 += kQuantTile) {
         const int64_t tile = std::min(kQuantTile, rows_x - t0);

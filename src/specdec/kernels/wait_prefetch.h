@@ -29,17 +29,15 @@ class WaitPrefetch {
 
   // Asks for the next few lines; false once there are none left to ask for.
   bool step() {
-    if (seg_ == nullptr) return false;
-    const int64_t bytes = seg_->blocks.size(1);
-    const uint8_t* group = seg_->blocks.data_ptr<uint8_t>() + (g_ - seg_g0_) * bytes;
-    for (int i = 0; i < kLinesPerStep && off_ < bytes; ++i, off_ += 64)
-      prefetch_l2(group + off_);
+    if (group_ == nullptr) return false;
+    for (int i = 0; i < kLinesPerStep && off_ < group_bytes_; ++i, off_ += 64)
+      prefetch_l2(group_ + off_);
     budget_ -= 64 * kLinesPerStep;
-    if (off_ >= bytes) {
+    if (off_ >= group_bytes_) {
       off_ = 0, ++g_;
       seek();
     }
-    if (budget_ <= 0) seg_ = nullptr;
+    if (budget_ <= 0) group_ = nullptr;
     return true;
   }
 
@@ -54,20 +52,24 @@ class WaitPrefetch {
 #endif
   }
 
-  // seg_: the segment holding group g_, or nullptr past g1_.
+  // group_: group g_'s bytes, or nullptr past g1_.
   void seek() {
-    seg_ = nullptr;
+    group_ = nullptr;
     if (q_ == nullptr || g_ >= g1_) return;
     const auto& segments = q_->segments;
     while (seg_index_ < segments.size() && g_ - seg_g0_ >= segments[seg_index_].blocks.size(0))
       seg_g0_ += segments[seg_index_++].blocks.size(0);
-    if (seg_index_ < segments.size()) seg_ = &segments[seg_index_];
+    if (seg_index_ == segments.size()) return;
+    const at::Tensor& blocks = segments[seg_index_].blocks;
+    group_bytes_ = blocks.size(1);
+    group_ = blocks.data_ptr<uint8_t>() + (g_ - seg_g0_) * group_bytes_;
   }
 
   const QuantWeight* q_ = nullptr;
-  const QuantSegment* seg_ = nullptr;
+  const uint8_t* group_ = nullptr;
+  int64_t group_bytes_ = 0;
   size_t seg_index_ = 0;
-  int64_t seg_g0_ = 0;  // the first group of seg_
+  int64_t seg_g0_ = 0;  // the first group of segment seg_index_
   int64_t g_ = 0, g1_ = 0, off_ = 0, budget_ = 0;
 };
 
