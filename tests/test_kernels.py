@@ -311,3 +311,50 @@ def test_core_round_trip_is_measured_between_two_cpus(monkeypatch):
     assert core_round_trip_ns(None) is None
     with pytest.raises(RuntimeError, match="trips and rounds"):
         K.core_round_trip_ns(0, 1, trips=0)
+
+
+def _vma_field(address: int, field: str) -> str | None:
+    """``field`` of the /proc/self/smaps mapping that holds ``address`` (None: not found)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == field + ":":
+                return line.split()[1]
+    return None
+
+
+def test_huge_page_zeros_are_zero_aligned_and_outlive_their_neighbours():
+    """Weight layouts and KV caches come from huge_page_zeros: zero-filled, 64-byte
+    aligned, a region shared by small tensors stays valid while any of them lives, and
+    a large tensor starts on a 2 MB boundary."""
+    dtypes = (torch.bfloat16, torch.float32, torch.uint8)
+    small = [K.huge_page_zeros([3, 5, 7], dt) for dt in dtypes]
+    for t, dt in zip(small, dtypes, strict=True):
+        assert t.shape == (3, 5, 7) and t.dtype == dt and t.is_contiguous()
+        assert t.data_ptr() % 64 == 0 and not t.any()
+    keep = small.pop()
+    keep.fill_(7)
+    del small  # its neighbours in the region go; the region and `keep` stay
+    for _ in range(64):
+        K.huge_page_zeros([1 << 16], torch.uint8).fill_(1)  # reuse would show in `keep`
+    assert int(keep.sum()) == 7 * keep.numel()
+    big = K.huge_page_zeros([20 << 20], torch.uint8)
+    assert big.data_ptr() % (2 << 20) == 0 and not big[:: 1 << 12].any()
+    assert K.huge_page_zeros([0, 4], torch.float32).numel() == 0
+    with pytest.raises(RuntimeError, match="negative size"):
+        K.huge_page_zeros([-1], torch.uint8)
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+                    or "[never]" in open("/sys/kernel/mm/transparent_hugepage/enabled").read(),
+                    reason="no transparent huge pages on this system")
+def test_huge_page_zeros_are_marked_for_huge_pages():
+    """The memory is eligible for 2 MB pages in the kernel's own account (with THP in
+    "madvise" mode, a common default, plain allocations are not)."""
+    t = K.huge_page_zeros([4 << 20], torch.uint8)
+    t.fill_(1)
+    assert _vma_field(t.data_ptr(), "THPeligible") == "1"

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from specdec import isa, kernels
+from specdec.bench.latency import memory_bandwidth
 from specdec.model.loader import default_model_path
 
 LAYER_PARTS = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"),
@@ -125,12 +126,6 @@ def call_medians(calls: list[Callable[[], object]], groups: int, sweeps: int) ->
     return [statistics.median(t) for t in times]
 
 
-def memory_bandwidth(mb: int = 512) -> float:
-    """Read bandwidth in GB/s: ``t.sum()`` over an ``mb`` MB float32 tensor."""
-    t = torch.ones(mb * 2**20 // 4)
-    return t.nbytes / seconds_per_call(t.sum, repeats=5, budget=0.2) / 1e9
-
-
 def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
@@ -172,7 +167,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     path = args.model or str(default_model_path())
     w = load_weights(k, path, max(args.rows))
-    bandwidth = memory_bandwidth()
+    bandwidth = memory_bandwidth(kernels=k) / 1e9
     onednn = "oneDNN " + str(w.onednn_dtype).removeprefix("torch.")
     print(f"ISA level {isa.level()}, {args.threads} threads, {len(w.layers_gguf)} layers of "
           f"{path.rsplit('/', 1)[-1]}; memory read bandwidth {bandwidth:.1f} GB/s")

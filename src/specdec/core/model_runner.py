@@ -44,7 +44,11 @@ class ModelRunner:
         self.kernels = kernels if fusable else None  # specdec.kernels module, or eager
         self._sampled_hidden = torch.empty(0)
         shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
-        self.kv_caches = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
+        if self.kernels is not None:  # 2 MB pages: attention streams each layer's cache
+            zeros = self.kernels.huge_page_zeros
+            self.kv_caches = [zeros(list(shape), dtype) for _ in model.layers]
+        else:
+            self.kv_caches = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
 
     @staticmethod
     def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:

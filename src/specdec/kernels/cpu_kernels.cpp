@@ -5,6 +5,7 @@
 // and paged attention that reads keys/values straight from the cache blocks
 // (no gather copy, each KV row read once for all query heads of its group; the
 // inner loops are in attention_tile.h, and attention_amx.h for bfloat16 on AMX).
+// Weight layouts and KV caches live on 2 MB pages (huge_page_arena.h).
 // tile_linear (tile_linear.h) runs decode-sized bfloat16 projections on AMX tiles;
 // quant_linear (quant_linear.h) runs projections straight from GGUF-quantised blocks.
 // layer() is one decoder layer of the fused forward over a LayerWeights
@@ -31,6 +32,7 @@
 #include "bf16_linear.h"
 #include "core_round_trip.h"
 #include "gguf_stack.h"
+#include "huge_page_arena.h"
 #include "layer_weights.h"
 #include "quant_linear.h"
 #include "row_ops.h"
@@ -434,7 +436,7 @@ at::Tensor pack_tile_weight(const at::Tensor& w) {
   const int64_t n = w.size(0), k = w.size(1);
   TORCH_CHECK(n % 32 == 0 && k % 32 == 0, "pack_tile_weight: N and K must be multiples of 32");
   TORCH_CHECK(has_tile_linear(), "pack_tile_weight: this CPU has no usable AMX tiles");
-  auto out = at::empty({n / 32, k / 32, 2, 16, 32}, w.options());
+  auto out = HugePageArena::zeros({n / 32, k / 32, 2, 16, 32}, at::kBFloat16);
 #if defined(SPECDEC_HAS_AMX)
   pack_tile_layout(reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>()),
                    reinterpret_cast<uint16_t*>(out.data_ptr<BFloat16>()), n, k);
@@ -499,7 +501,7 @@ at::Tensor pack_bf16_invariant(const at::Tensor& w_in) {
   TORCH_CHECK(w_in.size(1) % 2 == 0 && w_in.size(1) > 0 && w_in.size(0) > 0,
               "pack_bf16_invariant: in_features must be even and positive, got ", w_in.size(1));
   const at::Tensor w = w_in.contiguous();
-  auto out = at::empty_like(w);
+  auto out = HugePageArena::zeros(w.sizes(), at::kBFloat16);
 #if defined(__AVX512F__)
   pack_bf16_invariant_layout(reinterpret_cast<const uint16_t*>(w.data_ptr<BFloat16>()),
                              reinterpret_cast<uint16_t*>(out.data_ptr<BFloat16>()), w.size(0),
@@ -921,6 +923,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "median ns for a cache line to go from CPU a to CPU b and back",
       py::arg("cpu_a"), py::arg("cpu_b"), py::arg("trips") = 2000, py::arg("rounds") = 5);
   m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
+  m.def(
+      "huge_page_zeros",
+      [](std::vector<int64_t> sizes, at::ScalarType dtype) { return HugePageArena::zeros(sizes, dtype); },
+      "a zero-filled CPU tensor on 2 MB pages where the OS gives them (huge_page_arena.h)",
+      py::arg("sizes"), py::arg("dtype"));
   m.def("has_tile_linear", &has_tile_linear, "whether AMX projections can run here");
   m.def("pack_tile_weight", &pack_tile_weight, "pre-pack a bf16 [N, K] weight for tile_linear");
   m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight",

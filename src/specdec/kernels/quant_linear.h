@@ -34,6 +34,7 @@
 #include <immintrin.h>
 #endif
 
+#include "huge_page_arena.h"
 #include "vec16.h"
 
 namespace specdec_kernels {
@@ -488,7 +489,7 @@ inline at::Tensor kernel_layout(GgufFormat f, const at::Tensor& raw) {
   const int64_t rows = src.size(0), row_bytes = src.size(1);
   const int64_t blocks = row_bytes / info.block_bytes, in = blocks * info.block_elems;
   const int64_t groups = (rows + kLanes - 1) / kLanes, rec = record_bytes(f);
-  at::Tensor out = at::zeros({groups, blocks * rec}, src.options());
+  at::Tensor out = HugePageArena::zeros({groups, blocks * rec}, at::kByte);
   const uint8_t* in_p = src.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
   const int64_t G = kLanes;
