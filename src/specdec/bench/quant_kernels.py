@@ -96,21 +96,6 @@ def load_weights(k, path: str, batch_hint: int) -> Weights:
         onednn_dtype=dtype)
 
 
-def seconds_per_call(fn: Callable[[], object], repeats: int = 5, budget: float = 0.05) -> float:
-    """Median over repeats of the mean time of a loop lasting about ``budget`` seconds."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    n = max(1, int(budget / max(time.perf_counter() - start, 1e-7)))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        times.append((time.perf_counter() - start) / n)
-    return statistics.median(times)
-
-
 def call_medians(calls: list[Callable[[], object]], groups: int, sweeps: int) -> list[float]:
     """Each of ``calls`` timed alone, in order, ``sweeps`` times over; the median time of
     the calls i with i % groups == g, for each group g. Medians of single calls are

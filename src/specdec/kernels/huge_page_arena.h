@@ -1,4 +1,4 @@
-// Weight tensors on 2 MB pages.
+// Weight tensors and KV caches on 2 MB pages.
 //
 // A decode step streams every weight once from memory. On 4 KB pages each page costs a
 // TLB miss and the hardware prefetcher, which does not cross a page, starts over every
@@ -14,6 +14,7 @@
 
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,10 +41,9 @@ class HugePageArena {
   struct Region {
     uint8_t* base = nullptr;
     int64_t bytes = 0;
-    bool mapped = false;  // mmap'd (else from operator new)
     explicit Region(int64_t n) : bytes(n) {
 #if defined(__linux__)
-      // Twice a page more than needed, so a 2 MB-aligned start fits; anonymous memory
+      // A page more than needed, so a 2 MB-aligned start fits; anonymous memory
       // is zero-filled and faulted in on first write.
       void* p = mmap(nullptr, n + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                      -1, 0);
@@ -53,7 +53,6 @@ class HugePageArena {
         base = reinterpret_cast<uint8_t*>(
             (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~static_cast<uintptr_t>(kPage - 1));
         madvise(base, n, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KB
-        mapped = true;
         return;
       }
 #endif
@@ -63,14 +62,14 @@ class HugePageArena {
     }
     ~Region() {
 #if defined(__linux__)
-      if (mapped) munmap(raw_, raw_bytes_);
+      if (raw_ != nullptr) munmap(raw_, raw_bytes_);  // else owned_ frees itself
 #endif
     }
     Region(const Region&) = delete;
     Region& operator=(const Region&) = delete;
 
    private:
-    void* raw_ = nullptr;
+    void* raw_ = nullptr;  // the mmap'd range (nullptr: memory from operator new)
     int64_t raw_bytes_ = 0;
     std::unique_ptr<uint8_t[]> owned_;
   };
