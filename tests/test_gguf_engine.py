@@ -62,10 +62,14 @@ def test_gguf_weights_are_reported_and_smaller():
     # 30 layers of Q4_1 projections (~66 MB) + the Q8_0 head (~30 MB) + the Q8_0
     # embedding (~30 MB, looked up in place) + norms.
     assert 110 * 2**20 < stats["weight_bytes"] < 135 * 2**20
+    # The non-temporal hint is reported where it applies: GGUF weights, kernels on.
+    assert stats["nontemporal_weights"] is (llm.engine.kernels is not None
+                                            and kernels.nontemporal_weights())
     del llm
     dense = LLM(quantization="none", dtype="float32", max_num_seqs=2)
     assert dense.stats()["weight_bytes"] > 4 * stats["weight_bytes"]
     assert dense.stats()["batch_invariant"] is False
+    assert dense.stats()["nontemporal_weights"] is False
 
 
 def test_gguf_needs_a_gguf_file(tiny_model_dir):

@@ -131,7 +131,10 @@ def test_engine_summary_names_the_path():
                                "fused_kernels": True})
     assert line.startswith(f"isa={isa.level()}")
     assert "dtype=bfloat16" in line and "weights=onednn-packed" in line
-    assert "fused kernels" in line
+    assert "fused kernels" in line and "non-temporal" not in line
+    hinted = isa.engine_summary({"weight_layout": "gguf-Q4_1", "fused_kernels": True,
+                                 "nontemporal_weights": True})
+    assert "non-temporal weight loads" in hinted
 
 
 def test_extensions_can_be_hidden_to_run_a_cpu_without_them():

@@ -124,6 +124,26 @@ def test_each_row_is_bit_identical_whatever_the_batch(fmt):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_nontemporal_weight_loads_leave_every_value_as_it_was(fmt):
+    out, inf = SHAPES[fmt]
+    proj = K.Projection.gguf([(fmt, torch.from_numpy(random_blocks(fmt, out, inf)))])
+    torch.manual_seed(3)
+    x = torch.randn(12, inf)
+    sizes = (1, 5, 8, 12)  # up to 8 rows read each weight once (hinted); 12 do not
+    was = K.set_nontemporal_weights(False)
+    try:
+        assert not K.nontemporal_weights()
+        plain = [K.project(x[:n], proj) for n in sizes]
+        assert K.set_nontemporal_weights(True) is False
+        assert K.nontemporal_weights()
+        hinted = [K.project(x[:n], proj) for n in sizes]
+    finally:
+        K.set_nontemporal_weights(was)
+    for a, b in zip(plain, hinted, strict=True):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fused_parts_equal_the_separate_projections(dtype):
     inf = 512

@@ -221,8 +221,9 @@ def engine_summary(stats: dict) -> str:
     by every benchmark and the server's start-up line, so each figure names its path."""
     kernels = "fused kernels" if stats.get("fused_kernels") else "eager PyTorch"
     threads = f"; threads={stats['threads']}" if "threads" in stats else ""
+    hint = "; non-temporal weight loads" if stats.get("nontemporal_weights") else ""
     return (f"{describe()}; dtype={stats.get('dtype')}; "
-            f"weights={stats.get('weight_layout')}; {kernels}{threads}")
+            f"weights={stats.get('weight_layout')}; {kernels}{hint}{threads}")
 
 
 level()  # at import: a forced level caps torch's libraries before they read their caps

@@ -263,6 +263,7 @@ class LLMEngine:
 
     def stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = dict(self.counters)
+        layout = weight_layout(self.model)
         stats.update(
             preemptions=self.scheduler.num_preemptions,
             kv_blocks_total=self.kv.num_blocks,
@@ -272,10 +273,13 @@ class LLMEngine:
             num_waiting=len(self.scheduler.waiting),
             dtype=str(self.dtype).removeprefix("torch."),
             isa=isa.level(),
-            weight_layout=weight_layout(self.model),
+            weight_layout=layout,
             weight_bytes=self.weight_bytes,
             batch_invariant=self.runner.invariant_attention,  # outputs independent of the batch
             fused_kernels=self.runner.kernels is not None,
+            # GGUF weights read once a step loaded with a non-temporal hint (kernels/)
+            nontemporal_weights=bool("gguf" in layout and self.kernels is not None
+                                     and self.kernels.nontemporal_weights()),
             threads=self.step_threads,
         )
         extras, failures = self.hooks.every("specdec_stats")
