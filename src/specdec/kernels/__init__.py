@@ -65,8 +65,8 @@ def nontemporal_weights() -> bool:
     """Whether the GGUF kernels load weights they read once per call (decodes, speculative
     verification) with a non-temporal hint (``quant_linear.h``: ``stream_once``).
 
-    On by default on AMD CPUs, where it was measured: a decode token 8-12 % faster with
-    the two cores on different core complexes, 2-4 % with them on one (Zen 5). Off
+    On by default on AMD CPUs, where it was measured: a decode token 9-11 % faster with
+    the two cores on different core complexes, 2-8 % with them on one (Zen 5). Off
     elsewhere until measured there: Intel's handling of the hint differs (it skips L2,
     and on some parts the L3 too). ``SPECDEC_NONTEMPORAL_WEIGHTS=1|0`` forces it."""
     forced = os.environ.get(NONTEMPORAL_ENV, "").strip().lower()
