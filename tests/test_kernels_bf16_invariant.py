@@ -81,6 +81,24 @@ def test_each_row_is_the_same_whatever_the_batch(out_features, in_features, thre
     assert torch.equal(y[index], expected)
 
 
+def test_nontemporal_weight_loads_leave_every_value_as_it_was():
+    torch.manual_seed(4)
+    w = torch.randn(200, 96, dtype=torch.bfloat16)  # a narrow last group of columns
+    bias = torch.randn(200)
+    packed = K.pack_bf16_invariant(w)
+    x = torch.randn(9, 96, dtype=torch.bfloat16)
+    sizes = (1, 4, 6, 9)  # up to one row tile reads each weight once (hinted); 9 do not
+    was = K.set_nontemporal_weights(False)
+    try:
+        plain = [K.bf16_invariant_linear(x[:n], packed, bias) for n in sizes]
+        K.set_nontemporal_weights(True)
+        hinted = [K.bf16_invariant_linear(x[:n], packed, bias) for n in sizes]
+    finally:
+        K.set_nontemporal_weights(was)
+    for a, b in zip(plain, hinted, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_projection_kind_runs_the_same_kernel():
     torch.manual_seed(2)
     w = torch.randn(96, 64, dtype=torch.bfloat16)

@@ -277,8 +277,9 @@ class LLMEngine:
             weight_bytes=self.weight_bytes,
             batch_invariant=self.runner.invariant_attention,  # outputs independent of the batch
             fused_kernels=self.runner.kernels is not None,
-            # GGUF weights read once a step loaded with a non-temporal hint (kernels/)
-            nontemporal_weights=bool("gguf" in layout and self.kernels is not None
+            # weights read once a step loaded with a non-temporal hint (kernels/nontemporal.h)
+            nontemporal_weights=bool(("gguf" in layout or "bf16-invariant" in layout)
+                                     and self.kernels is not None
                                      and self.kernels.nontemporal_weights()),
             threads=self.step_threads,
         )

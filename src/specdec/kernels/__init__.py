@@ -62,8 +62,8 @@ NONTEMPORAL_ENV = "SPECDEC_NONTEMPORAL_WEIGHTS"
 
 
 def nontemporal_weights() -> bool:
-    """Whether the GGUF kernels load weights they read once per call (decodes, speculative
-    verification) with a non-temporal hint (``quant_linear.h``: ``stream_once``).
+    """Whether the GGUF and batch-invariant bf16 kernels load weights they read once per
+    call (decodes, speculative verification) with a non-temporal hint (``nontemporal.h``).
 
     On by default on AMD CPUs, where it was measured: a decode token 9-11 % faster with
     the two cores on different core complexes, 2-8 % with them on one (Zen 5). Off

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "nontemporal.h"
 #include "vec16.h"
 
 namespace specdec_kernels {
@@ -84,7 +85,7 @@ inline __m256i inv_round(__m512 v) {
 // `last` masks the lanes of the last vector that are columns (width may end mid-vector).
 template <int R, int C, typename Out>
 inline void inv_tile(const BFloat16* x, int64_t k, const uint16_t* wg, int64_t width,
-                     const float* bias, Out* y, int64_t n, __mmask16 last) {
+                     const float* bias, Out* y, int64_t n, __mmask16 last, bool once) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -94,6 +95,7 @@ inline void inv_tile(const BFloat16* x, int64_t k, const uint16_t* wg, int64_t w
   const uint16_t* xr = reinterpret_cast<const uint16_t*>(x);
   for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* wp = wg + p * stride;
+    if (once) stream_once(wp, 2 * stride);
     __m512i wv[C];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c)
@@ -127,15 +129,16 @@ inline void inv_tile(const BFloat16* x, int64_t k, const uint16_t* wg, int64_t w
 
 template <int C, typename Out>
 inline void inv_rows(int64_t rows, const BFloat16* x, int64_t k, const uint16_t* wg,
-                     int64_t width, const float* bias, Out* y, int64_t n, __mmask16 last) {
+                     int64_t width, const float* bias, Out* y, int64_t n, __mmask16 last,
+                     bool once) {
   switch (rows) {
-    case 1: return inv_tile<1, C>(x, k, wg, width, bias, y, n, last);
-    case 2: return inv_tile<2, C>(x, k, wg, width, bias, y, n, last);
-    case 3: return inv_tile<3, C>(x, k, wg, width, bias, y, n, last);
-    case 4: return inv_tile<4, C>(x, k, wg, width, bias, y, n, last);
+    case 1: return inv_tile<1, C>(x, k, wg, width, bias, y, n, last, once);
+    case 2: return inv_tile<2, C>(x, k, wg, width, bias, y, n, last, once);
+    case 3: return inv_tile<3, C>(x, k, wg, width, bias, y, n, last, once);
+    case 4: return inv_tile<4, C>(x, k, wg, width, bias, y, n, last, once);
 #if defined(__AVX512BF16__)
-    case 5: return inv_tile<5, C>(x, k, wg, width, bias, y, n, last);
-    case 6: return inv_tile<6, C>(x, k, wg, width, bias, y, n, last);
+    case 5: return inv_tile<5, C>(x, k, wg, width, bias, y, n, last, once);
+    case 6: return inv_tile<6, C>(x, k, wg, width, bias, y, n, last, once);
 #endif
   }
 }
@@ -148,6 +151,8 @@ void bf16_invariant_rows(const BFloat16* x, const uint16_t* w, const float* bias
   // The row block only orders the work for the caches: no row's arithmetic sees it.
   const int64_t row_block =
       std::max<int64_t>(1, kInvRowBlockBytes / (2 * k) / kInvRows) * kInvRows;
+  // One row tile reads each weight once (nontemporal.h); more re-read it from L2.
+  const bool once = m <= kInvRows && stream_weights_once();
   at::parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t r0 = 0; r0 < m; r0 += row_block) {
       const int64_t r1 = std::min(m, r0 + row_block);
@@ -163,10 +168,10 @@ void bf16_invariant_rows(const BFloat16* x, const uint16_t* w, const float* bias
           const BFloat16* xr = x + r * k;
           Out* yr = y + r * n + c0;
           switch (vectors) {
-            case 1: inv_rows<1>(rows, xr, k, wg, width, b, yr, n, last); break;
-            case 2: inv_rows<2>(rows, xr, k, wg, width, b, yr, n, last); break;
-            case 3: inv_rows<3>(rows, xr, k, wg, width, b, yr, n, last); break;
-            default: inv_rows<4>(rows, xr, k, wg, width, b, yr, n, last); break;
+            case 1: inv_rows<1>(rows, xr, k, wg, width, b, yr, n, last, once); break;
+            case 2: inv_rows<2>(rows, xr, k, wg, width, b, yr, n, last, once); break;
+            case 3: inv_rows<3>(rows, xr, k, wg, width, b, yr, n, last, once); break;
+            default: inv_rows<4>(rows, xr, k, wg, width, b, yr, n, last, once); break;
           }
         }
       }

@@ -943,10 +943,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gguf_formats", &gguf_formats, "GGUF weight formats Projection.gguf runs here");
   m.def("gguf_embedding", &gguf_embedding, "rows of a Q8_0 / Q4_0 / Q4_1 embedding, dequantized",
         py::arg("blocks"), py::arg("ids"), py::arg("format"), py::arg("dtype"));
-  m.def("set_nontemporal_weights", &quant::set_nontemporal_weights,
-        "GGUF weights read once per call (up to 8 rows) loaded with a non-temporal hint; "
+  m.def("set_nontemporal_weights", &set_nontemporal_weights,
+        "weights read once per call (GGUF up to 8 rows, bf16-invariant up to its row tile) "
+        "loaded with a non-temporal hint; "
         "returns the old value");
-  m.def("nontemporal_weights", [] { return quant::nontemporal_weights.load(); },
+  m.def("nontemporal_weights", [] { return nontemporal_weights.load(); },
         "whether set_nontemporal_weights is on");
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
 

@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +35,7 @@
 #endif
 
 #include "huge_page_arena.h"
+#include "nontemporal.h"
 #include "vec16.h"
 
 namespace specdec_kernels {
@@ -631,26 +631,6 @@ inline void prefetch_record(const uint8_t* p, int64_t bytes) {
 #endif
 }
 
-// Whether weights a call reads once are loaded with a non-temporal hint (see
-// stream_once). Process-wide, set by the Python loader (specdec.kernels) before steps run.
-inline std::atomic<bool> nontemporal_weights{false};
-
-inline bool set_nontemporal_weights(bool on) { return nontemporal_weights.exchange(on); }
-
-// A record read once by this call (one tile of x rows: a decode, a speculative
-// verification): a non-temporal prefetch of each line just before its loads. On AMD Zen
-// such lines are not written back to L2, nor so to the L3 (filled by L2's evictions),
-// when they leave L1: a decode step's ~100 MB of weights then stops churning the caches
-// on its way through, and a one-thread stream of 96 MB ran at 33 instead of 26 GB/s.
-inline void stream_once(const uint8_t* p, int64_t bytes) {
-#if defined(__AVX2__) || defined(__AVX512F__)
-  for (int64_t i = 0; i < bytes; i += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_NTA);
-#else
-  (void)p, (void)bytes;
-#endif
-}
-
 // next: where given, another group's records, asked for block by block as this tile's
 // loop passes (a tile that reads its weights from L1 leaves the memory idle).
 template <GgufFormat F, int R>
@@ -755,8 +735,9 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
   const int64_t bytes = seg.blocks.size(1), blocks = bytes / record_bytes(F);
   const uint8_t* weights = seg.blocks.data_ptr<uint8_t>();
   alignas(64) float out[kQuantTile * kLanes];
-  // One tile of rows reads each record once (more pass over a group tile by tile).
-  const bool once = rows_x <= kQuantTile && nontemporal_weights.load(std::memory_order_relaxed);
+  // One tile of rows reads each record once (nontemporal.h); more pass over a group
+  // tile by tile.
+  const bool once = rows_x <= kQuantTile && stream_weights_once();
   // Chunks of kRowChunk x rows (~100 KB of int8 x at in = 1536) stay in L2 while the
   // groups pass over them; a group's weights stay in L1 across a chunk's tiles.
   for (int64_t c0 = 0; c0 < rows_x; c0 += kRowChunk) {
