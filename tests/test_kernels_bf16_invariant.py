@@ -129,6 +129,29 @@ def test_bad_inputs_raise():
         K.Projection.bf16_invariant(packed, torch.zeros(33, dtype=torch.bfloat16))
 
 
+def test_pack_linears_takes_the_invariant_kernel_without_being_asked():
+    # Where it runs it is also the faster matmul, so batch_invariant=False takes it too;
+    # what that flag still decides is the attention (see the builder).
+    if not packed_linear.invariant_available(K):
+        pytest.skip("AMX tiles serve the projections here")
+    model = nn.Sequential(nn.Linear(64, 96), nn.Linear(33, 8)).to(torch.bfloat16)
+    assert packed_linear.pack_linears(model, 4, K, batch_invariant=False)
+    assert [type(m).__name__ for m in model] == ["InvariantLinear", "PackedLinear"]
+
+
+def test_dense_engine_runs_invariant_projections_and_attention_only_when_asked(
+        tiny_model_dir):
+    from specdec import LLM
+
+    if not packed_linear.invariant_available(K):
+        pytest.skip("AMX tiles serve the projections here")
+    for asked in (False, True):
+        stats = LLM(model=str(tiny_model_dir), dtype="bfloat16",
+                    batch_invariant=asked).stats()
+        assert stats["weight_layout"] == "bf16-invariant"
+        assert stats["batch_invariant"] is asked  # attention: SDPA for long prompts unless asked
+
+
 def test_pack_linears_batch_invariant_builds_invariant_modules():
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(64, 96), nn.Linear(96, 64, bias=False),

@@ -33,11 +33,12 @@ class EngineConfig:
     load_entry_points: bool = True
     enable_prefix_caching: bool = True
     fused_kernels: bool = True  # fused C++ CPU kernels + pre-packed bf16 weights; False: eager
-    # bf16 projections whose result for a row does not depend on the batch (the fused
-    # kernels' bf16_invariant_linear instead of oneDNN, on AVX-512 CPUs without AMX;
-    # oneDNN / AMX tiles elsewhere): a prompt's output is the same alone, batched, chunked or
-    # speculated. It also sends every query to the paged-attention kernel (long prompts
-    # prefill ~45 % slower than with SDPA), so off by default though decode is faster.
+    # Outputs that do not depend on the batch: a prompt's output is the same alone,
+    # batched, chunked or speculated. Needs bf16 projections whose result for a row does
+    # not depend on the batch (the fused kernels' bf16_invariant_linear, which AVX-512 CPUs
+    # without AMX run anyway; oneDNN / AMX tiles elsewhere) and sends every query to the
+    # paged-attention kernel (long prompts prefill ~45 % slower than with SDPA), so off by
+    # default for dense models. GGUF weights are batch-invariant by default.
     batch_invariant: bool = False
     speculative: dict[str, Any] | None = None
     # Engine-wide settings owned by plugins (e.g. ``structured_backend``), by the names

@@ -81,8 +81,11 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         kv=kv,
         scheduler=scheduler,
         kernels=kernels,
+        # Invariant projections make the outputs batch-invariant only with every query on
+        # the paged-attention kernel: the default for GGUF weights, asked for otherwise.
         runner=ModelRunner(model, num_blocks, config.block_size, dtype, kernels,
-                           invariant_attention=projections_batch_invariant(model)),
+                           invariant_attention=projections_batch_invariant(model) and (
+                               config.batch_invariant or weight_format == "gguf")),
         sampler=Sampler(config.seed, kernels),
         eos_token_ids=eos_token_ids(model_dir, model_config, tokenizer),
     )

@@ -16,9 +16,12 @@ the projection weights in memory.
 
 oneDNN's result for a row depends on how many rows are in the call (its blocking
 changes with them), so a prompt's output changes with its batch, chunking and
-speculation. With ``batch_invariant`` (on CPUs without AMX tiles) the projections run
-the fused kernels' ``bf16_invariant_linear`` instead (``InvariantLinear``, one copy of
-the weight): every row gets the same arithmetic whatever runs beside it.
+speculation. On AVX-512 CPUs without AMX tiles the projections run the fused kernels'
+``bf16_invariant_linear`` instead (``InvariantLinear``, one copy of the weight): every
+row gets the same arithmetic whatever runs beside it, and it is also the faster matmul
+there (Zen 5, SmolLM2's shapes: 0.34-0.62x oneDNN's time at 1 row, 0.54-0.78x at 8,
+0.88-0.96x at 64, 0.97-1.08x at 256 and 1024 rows; a decode token 8.1 instead of
+17.9 ms).
 """
 
 from __future__ import annotations
@@ -111,8 +114,8 @@ def _invariant_fits(weight: torch.Tensor) -> bool:
 
 
 def invariant_available(kernels) -> bool:
-    """Whether ``pack_linears(batch_invariant=True)`` takes the invariant kernel here:
-    the kernels have it (AVX-512 builds) and no AMX tiles serve the projections."""
+    """Whether ``pack_linears`` takes the invariant kernel here: the kernels have it
+    (AVX-512 builds) and no AMX tiles serve the projections."""
     return (kernels is not None and getattr(kernels, "has_bf16_invariant", lambda: False)()
             and not kernels.has_tile_linear())
 
@@ -127,14 +130,15 @@ def pack_linears(model: nn.Module, batch_hint: int, kernels=None,
     """Replace the bf16 nn.Linear layers (and a tied LM head) by packed ones, in place,
     and build their matmul primitives for 1 .. ``batch_hint`` rows (see ``warm_up``).
     With ``kernels`` (the fused kernels module) on a CPU with AMX, the projections
-    also get ``tile_linear``'s layout. With ``batch_invariant`` where
-    ``invariant_available(kernels)``, they become ``InvariantLinear`` instead (an odd
-    ``in_features`` keeps oneDNN). Returns False, changing nothing, where the model
-    is not bf16 or oneDNN is missing."""
+    also get ``tile_linear``'s layout. Where ``invariant_available(kernels)``, they
+    become ``InvariantLinear`` instead (an odd ``in_features`` keeps oneDNN), with or
+    without ``batch_invariant``: there it is the faster matmul too. ``batch_invariant``
+    only adds a note where the invariant kernel cannot run. Returns False, changing
+    nothing, where the model is not bf16 or oneDNN is missing."""
     dtypes = {m.weight.dtype for m in model.modules() if type(m) is nn.Linear}
     if dtypes != {torch.bfloat16} or not available():
         return False
-    invariant = batch_invariant and invariant_available(kernels)
+    invariant = invariant_available(kernels)
     if batch_invariant and not invariant:
         print("specdec: batch-invariant bf16 projections need the fused kernels' AVX-512 "
               "build without AMX tiles; using the packed projections", file=sys.stderr,
