@@ -945,8 +945,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("blocks"), py::arg("ids"), py::arg("format"), py::arg("dtype"));
   m.def("set_nontemporal_weights", &set_nontemporal_weights,
         "weights read once per call (GGUF up to 8 rows, bf16-invariant up to its row tile) "
-        "loaded with a non-temporal hint; "
-        "returns the old value");
+        "loaded with a non-temporal hint; returns the old value");
   m.def("nontemporal_weights", [] { return nontemporal_weights.load(); },
         "whether set_nontemporal_weights is on");
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");

@@ -1,12 +1,13 @@
 // Weights a call reads once (a decode step's or a speculative verification's few rows)
 // loaded with a non-temporal hint: a prefetchnta of each line just before its loads.
 //
-// On AMD Zen, lines fetched so are not written back to L2 when they leave L1, and so
-// never reach the L3 (filled by L2's evictions): a decode token's ~100 MB of weights
-// stops churning the caches on its way through. One thread streaming a 96 MB pass ran
-// at 33 instead of 26 GB/s, and a decode token got 9-11 % faster with the two cores on
-// different core complexes (Zen 5). Intel handles the hint differently; the Python
-// loader (specdec.kernels.nontemporal_weights) decides where it is on.
+// AMD's optimization guides describe such lines as not written back to L2 when they
+// leave L1, so they would never reach the L3 (filled by L2's evictions): a decode
+// token's ~100 MB of weights stops churning the caches on its way through. What was
+// measured fits that: one thread streaming a 96 MB pass ran at 33 instead of 26 GB/s,
+// and a decode token got 9-11 % faster with the two cores on different core complexes
+// (Zen 5). Intel handles the hint differently; the Python loader
+// (specdec.kernels.nontemporal_weights) decides where it is on.
 #pragma once
 
 #include <atomic>
