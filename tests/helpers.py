@@ -1,4 +1,5 @@
-"""Engine-free helpers: fake requests and a model-free step for scheduler tests."""
+"""Engine-free helpers: fake requests and a model-free step for scheduler tests, and a
+kernel setting switched for one comparison."""
 
 from __future__ import annotations
 
@@ -54,3 +55,17 @@ def check_pool_invariants(sched: Scheduler) -> None:
         assert (block.ref_cnt == 0) == (block.block_id in set(free_ids)), block
     live = {r.request_id for r in sched.running}
     assert set(kv.req_blocks) <= live, "a request outside the running queue holds blocks"
+
+
+def without_and_with_nontemporal_weights(kernels, run):
+    """``run()`` with the kernels' non-temporal weight hint off, then on; the setting is
+    restored afterwards. Returns both results."""
+    was = kernels.set_nontemporal_weights(False)
+    try:
+        assert not kernels.nontemporal_weights()
+        plain = run()
+        assert kernels.set_nontemporal_weights(True) is False
+        assert kernels.nontemporal_weights()
+        return plain, run()
+    finally:
+        kernels.set_nontemporal_weights(was)

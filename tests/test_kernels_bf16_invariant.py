@@ -13,6 +13,7 @@ from specdec import kernels
 from specdec.model import packed_linear
 from specdec.model.projection import kernel_projection, project
 from specdec.model.weight_info import streamed_weight_bytes, weight_layout
+from tests.helpers import without_and_with_nontemporal_weights
 
 K = kernels.load()
 pytestmark = pytest.mark.skipif(
@@ -88,13 +89,8 @@ def test_nontemporal_weight_loads_leave_every_value_as_it_was():
     packed = K.pack_bf16_invariant(w)
     x = torch.randn(9, 96, dtype=torch.bfloat16)
     sizes = (1, 4, 6, 9)  # up to one row tile reads each weight once (hinted); 9 do not
-    was = K.set_nontemporal_weights(False)
-    try:
-        plain = [K.bf16_invariant_linear(x[:n], packed, bias) for n in sizes]
-        K.set_nontemporal_weights(True)
-        hinted = [K.bf16_invariant_linear(x[:n], packed, bias) for n in sizes]
-    finally:
-        K.set_nontemporal_weights(was)
+    plain, hinted = without_and_with_nontemporal_weights(
+        K, lambda: [K.bf16_invariant_linear(x[:n], packed, bias) for n in sizes])
     for a, b in zip(plain, hinted, strict=True):
         assert torch.equal(a, b)
 

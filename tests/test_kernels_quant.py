@@ -11,6 +11,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
 from specdec import kernels
+from tests.helpers import without_and_with_nontemporal_weights
 
 K = kernels.load()
 pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
@@ -43,6 +44,12 @@ def random_blocks(fmt: str, out: int, inf: int, seed: int = 0) -> np.ndarray:
     else:  # Q6_K: d last
         raw[:, 208:210] = d
     return raw.reshape(out, -1)
+
+
+def random_projection(fmt: str):
+    """A projection of ``fmt`` over random blocks of its test shape, and its in size."""
+    out, inf = SHAPES[fmt]
+    return K.Projection.gguf([(fmt, torch.from_numpy(random_blocks(fmt, out, inf)))]), inf
 
 
 def dequant(fmt: str, blocks: np.ndarray) -> np.ndarray:
@@ -101,8 +108,7 @@ def test_matches_dequantised_weights_and_the_int8_emulation(fmt, dtype):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_each_row_is_bit_identical_whatever_the_batch(fmt):
-    out, inf = SHAPES[fmt]
-    proj = K.Projection.gguf([(fmt, torch.from_numpy(random_blocks(fmt, out, inf)))])
+    proj, inf = random_projection(fmt)
     torch.manual_seed(2)
     x = torch.randn(64, inf)
     threads = torch.get_num_threads()
@@ -126,20 +132,12 @@ def test_each_row_is_bit_identical_whatever_the_batch(fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_nontemporal_weight_loads_leave_every_value_as_it_was(fmt):
-    out, inf = SHAPES[fmt]
-    proj = K.Projection.gguf([(fmt, torch.from_numpy(random_blocks(fmt, out, inf)))])
+    proj, inf = random_projection(fmt)
     torch.manual_seed(3)
     x = torch.randn(12, inf)
     sizes = (1, 5, 8, 12)  # up to 8 rows read each weight once (hinted); 12 do not
-    was = K.set_nontemporal_weights(False)
-    try:
-        assert not K.nontemporal_weights()
-        plain = [K.project(x[:n], proj) for n in sizes]
-        assert K.set_nontemporal_weights(True) is False
-        assert K.nontemporal_weights()
-        hinted = [K.project(x[:n], proj) for n in sizes]
-    finally:
-        K.set_nontemporal_weights(was)
+    plain, hinted = without_and_with_nontemporal_weights(
+        K, lambda: [K.project(x[:n], proj) for n in sizes])
     for a, b in zip(plain, hinted, strict=True):
         assert torch.equal(a, b)
 
