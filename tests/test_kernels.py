@@ -296,6 +296,25 @@ def test_decode_and_verification_attend_identically(amx_attention):
     assert torch.equal(decode[0], verify[0])
 
 
+@pytest.mark.parametrize("amx_attention", KERNEL_PATHS[:2], indirect=True, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("window", [0, 50])
+def test_vector_attention_query_alone_equals_in_a_chunk(amx_attention, head_dim, window):
+    """The vector kernel runs a chunk's queries in passes of several (each pass reading
+    the K/V rows once); every query of a 37-token chunk (passes of different makeups,
+    masked rows inside them) equals the same query run alone, bit for bit."""
+    ctx, chunk = 150, 37
+    q, cache, tables, _ = paged_case(amx_attention, head_dim, [ctx], [chunk], seed=13)
+    lens = [torch.tensor([v], dtype=torch.int32) for v in (0, chunk, ctx)]
+    together = torch.empty_like(q)
+    K.paged_attention(together, q, cache, tables, *lens, 16, 0.1, window)
+    for i in (0, 1, 17, chunk - 1):
+        alone = torch.empty_like(q[:1])
+        one = [torch.tensor([v], dtype=torch.int32) for v in (0, 1, ctx - chunk + i + 1)]
+        K.paged_attention(alone, q[i : i + 1].contiguous(), cache, tables, *one, 16, 0.1, window)
+        assert torch.equal(alone[0], together[i]), f"query {i}"
+
+
 def test_core_round_trip_is_measured_between_two_cpus(monkeypatch):
     """The latency bench's core-placement figure: a positive time for a line's round
     trip (also between one CPU and itself, where the two threads take turns), none

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "vec16.h"
 
@@ -18,26 +20,40 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // one rescale and one sum (the reductions are a latency chain; 16 per step made a
 // decode at batch 32 and 128 positions latency-bound).
 constexpr int64_t kChunk = 64;
+// K/V bytes of a call's context that later passes of its queries expect to find in L2
+// (512 KB on Zen 3, 1-2 MB since).
+constexpr int64_t kRowsKeptInL2 = 384 << 10;
 
-// Lane j of the result = the sum of the lanes of parts[j].
-inline Vec16 transpose_sum(const Vec16* parts) {
+// Lane j of the result = the sum of the lanes of part(j), j = 0 .. 15. The AVX-512 form
+// asks for the parts in order and reduces each pair as it comes (a tree of unpacks and
+// shuffles): a few vectors live, not sixteen.
+template <typename Part>
+inline Vec16 transpose_sum(const Part& part) {
 #if defined(__AVX512F__)
-  __m512 s[8], u[4], v[2];
-  for (int i = 0; i < 8; ++i) {
-    const __m512 a = parts[2 * i].v, b = parts[2 * i + 1].v;
-    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(s[2 * i]), b = _mm512_castps_pd(s[2 * i + 1]);
-    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+  auto s = [&](int i) {
+    const __m512 a = part(2 * i).v, b = part(2 * i + 1).v;
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  };
+  auto u = [&](int i) {
+    const __m512d a = _mm512_castps_pd(s(2 * i));
+    const __m512d b = _mm512_castps_pd(s(2 * i + 1));
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
                          _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  for (int i = 0; i < 2; ++i)
-    v[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  return {_mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                        _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)))};
-#elif defined(__AVX2__) && defined(__FMA__)
+  };
+  auto v = [&](int i) {
+    const __m512 a = u(2 * i);
+    const __m512 b = u(2 * i + 1);
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  const __m512 v0 = v(0);
+  const __m512 v1 = v(1);
+  return {_mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)))};
+#else
+  Vec16 parts[16];
+  for (int j = 0; j < 16; ++j) parts[j] = part(j);
+#if defined(__AVX2__) && defined(__FMA__)
   // Each part's halves added, then horizontal pairs (hadd) down to one sum per part.
   auto eight = [](const Vec16* p) {
     __m256 h[4];
@@ -52,6 +68,7 @@ inline Vec16 transpose_sum(const Vec16* parts) {
   Vec16 r;
   for (int j = 0; j < 16; ++j) r.v[j] = parts[j].sum();
   return r;
+#endif
 #endif
 }
 
@@ -153,6 +170,19 @@ inline void store_pair_lanes(const __m512* acc, BFloat16* dst, float inv) {
   }
 }
 
+// 16 floats rounded to bfloat16 as c10::BFloat16(float) rounds them (to nearest even,
+// NaN to 0x7FC0, subnormals kept: VCVTNEPS2BF16 would flush them).
+inline void round_bf16(const float* src, uint16_t* dst) {
+  const __m512 x = _mm512_loadu_ps(src);
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+}
+
 template <typename T, int NV, int kPass>
 struct OutputTile<T, NV, kPass, true> {
   __m512 acc[kPass][NV];  // acc[m][2h] lane 4L+k: element 32h+8L+k; [2h+1]: 32h+8L+4+k
@@ -163,19 +193,23 @@ struct OutputTile<T, NV, kPass, true> {
   void scale(int m, float c) {
     for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_mul_ps(acc[m][v], _mm512_set1_ps(c));
   }
-  static uint32_t bf16_pair(float lo, float hi) {
-    return static_cast<uint32_t>(BFloat16(lo).x) | (static_cast<uint32_t>(BFloat16(hi).x) << 16);
-  }
   void add(const T* const* v_row, int64_t n, const float (*prob)[kChunk], int mb) {
     static const BFloat16 zeros[NV * 16] = {};
+    // Each query's probabilities rounded to bf16 once, 16 at a time, so that a pair
+    // (p[j], p[j + 1]) is one 32-bit broadcast.
+    alignas(64) uint16_t rounded[kPass][kChunk];
+    for (int m = 0; m < mb; ++m)
+      for (int64_t s = 0; s < kChunk; s += 16) round_bf16(prob[m] + s, rounded[m] + s);
     for (int64_t j = 0; j < n; j += 2) {
       const T* a = v_row[j];
       const T* b = j + 1 < n ? v_row[j + 1] : zeros;
       __m512i pairs[NV];
       interleave_rows<NV>(a, b, pairs);
       for (int m = 0; m < mb; ++m) {
-        const float next = j + 1 < n ? prob[m][j + 1] : 0.f;
-        const __m512bh p = (__m512bh)_mm512_set1_epi32(bf16_pair(prob[m][j], next));
+        uint32_t pair;
+        std::memcpy(&pair, rounded[m] + j, sizeof pair);
+        // Past the chunk's last row (odd n) the pair's second half meets the zero row.
+        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], (__m512bh)pairs[v], p);
       }
     }
@@ -183,6 +217,17 @@ struct OutputTile<T, NV, kPass, true> {
   void store(int m, T* dst, float inv) const { store_pair_lanes<NV>(acc[m], dst, inv); }
 };
 #endif
+
+// Queries that share a pass over the K/V rows: their output accumulators (NV vectors
+// each) stay in registers, about 24 of AVX-512's 32; AVX2 keeps 4, as its 16 registers
+// hold fewer than one pass's accumulators whatever the number.
+constexpr int queries_per_pass(int nv) {
+#if defined(__AVX512F__)
+  return std::clamp(24 / nv, 1, 8);
+#else
+  return 4;
+#endif
+}
 
 // The cache slot of context position p through a request's block table.
 inline int64_t cache_slot(const int32_t* table, int64_t p, int64_t block_size) {
@@ -205,13 +250,39 @@ inline void prefetch_positions(const int32_t* table, int64_t p0, int64_t p1, int
   }
 }
 
-// Ask for the next chunk's K/V rows while this one computes.
+// The cache row of each of a request's context positions p0 .. p1 for one KV head
+// (element offset slot * row_stride + head_offset), block by block through its table.
+inline void row_offsets(const int32_t* table, int64_t p0, int64_t p1, int64_t block_size,
+                        int64_t row_stride, int64_t head_offset, int64_t* dst) {
+  for (int64_t p = p0; p < p1;) {
+    const int64_t block = p / block_size, in_block = p % block_size;
+    const int64_t end = std::min(p1, (block + 1) * block_size);
+    const int64_t first_slot = static_cast<int64_t>(table[block]) * block_size + in_block;
+    for (int64_t i = 0; i < end - p; ++i)
+      dst[p - p0 + i] = (first_slot + i) * row_stride + head_offset;
+    p = end;
+  }
+}
+
+// A thread's buffer of at least n row offsets, kept across calls.
+inline int64_t* row_offset_buffer(int64_t n) {
+  thread_local std::vector<int64_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// Ask for the K/V rows at offsets[0 .. n) (row_bytes each) while the chunk before computes.
 template <typename T>
-inline void prefetch_chunk(const int32_t* table, int64_t p0, int64_t hi, int64_t block_size,
-                           const T* key_cache, const T* value_cache, int64_t row_stride,
-                           int64_t offset, int64_t row_bytes) {
-  prefetch_positions(table, p0, std::min<int64_t>(p0 + kChunk, hi), block_size, key_cache,
-                     value_cache, row_stride, offset, row_bytes);
+inline void prefetch_rows(const int64_t* offsets, int64_t n, const T* key_cache,
+                          const T* value_cache, int64_t row_bytes) {
+  for (int64_t j = 0; j < n; ++j) {
+    const char* k = reinterpret_cast<const char*>(key_cache + offsets[j]);
+    const char* v = reinterpret_cast<const char*>(value_cache + offsets[j]);
+    for (int64_t b = 0; b < row_bytes; b += 64) {
+      __builtin_prefetch(k + b);
+      __builtin_prefetch(v + b);
+    }
+  }
 }
 
 // One (request, KV head): its M = q_len x (g1 - g0) queries (query heads g0 .. g1 of
@@ -225,10 +296,17 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
                 const int32_t* table, int64_t q_start, int64_t q_len, int64_t ctx_len,
                 int64_t kv_head, int64_t hq, int64_t hkv, int64_t block_size, float scale,
                 int64_t window, int64_t g0, int64_t g1) {
-  constexpr int kPass = 4;
+  constexpr int kPass = queries_per_pass(NV);
   constexpr int64_t dim = NV * 16;
   const int64_t group = hq / hkv, span = g1 - g0, m_count = q_len * span;
   const int64_t row_stride = hkv * dim;
+  // Every position any query of the call reads, from its first chunk's start: their
+  // cache rows looked up once, not per pass of queries.
+  const int64_t first_read =
+      window > 0 ? std::max<int64_t>(0, ctx_len - q_len - window + 1) : 0;
+  const int64_t base = first_read / kChunk * kChunk;
+  int64_t* const offsets = row_offset_buffer(ctx_len - base);
+  row_offsets(table, base, ctx_len, block_size, row_stride, kv_head * dim, offsets);
   for (int64_t m0 = 0; m0 < m_count; m0 += kPass) {
     const int mb = static_cast<int>(std::min<int64_t>(kPass, m_count - m0));
     QueryTile<T, NV> query[kPass];
@@ -249,19 +327,25 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
       hi = std::max(hi, last[mi] + 1);
     }
     output.clear(mb);
+    // The first pass asks for each chunk's rows ahead; the next passes find them in
+    // L2 while the call's rows fit there.
+    const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+    const bool ask_ahead = m0 == 0 || 2 * (hi - lo) * row_bytes > kRowsKeptInL2;
     alignas(64) float prob[kPass][kChunk];
+    static const T zero_row[NV * 16] = {};
     const T* k_row[kChunk];
     const T* v_row[kChunk];
-    Vec16 parts[16];
     for (int64_t p0 = lo / kChunk * kChunk; p0 < hi; p0 += kChunk) {
       const int64_t n = std::min<int64_t>(kChunk, hi - p0);
+      const int64_t* chunk_rows = offsets + (p0 - base);
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t slot = cache_slot(table, p0 + j, block_size);
-        k_row[j] = key_cache + slot * row_stride + kv_head * dim;
-        v_row[j] = value_cache + slot * row_stride + kv_head * dim;
+        k_row[j] = key_cache + chunk_rows[j];
+        v_row[j] = value_cache + chunk_rows[j];
       }
-      prefetch_chunk(table, p0 + kChunk, hi, block_size, key_cache, value_cache, row_stride,
-                     kv_head * dim, dim * static_cast<int64_t>(sizeof(T)));
+      for (int64_t j = n; j < kChunk; ++j) k_row[j] = zero_row;
+      if (ask_ahead && p0 + kChunk < hi)
+        prefetch_rows(chunk_rows + kChunk, std::min<int64_t>(kChunk, hi - p0 - kChunk), key_cache,
+                      value_cache, row_bytes);
       for (int mi = 0; mi < mb; ++mi) {
         const int64_t j_lo = std::max<int64_t>(0, first[mi] - p0);
         const int64_t j_hi = std::min<int64_t>(n, last[mi] - p0 + 1);
@@ -277,10 +361,11 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
             scores[s / 16] = Vec16::broadcast(kNegInf);
             continue;
           }
-          for (int64_t j = 0; j < 16; ++j) parts[j] = Vec16::zero();
-          for (int64_t j = a; j < b; ++j) parts[j - s] = query[mi].dot(k_row[j]);
-          scores[s / 16] = (transpose_sum(parts) * Vec16::broadcast(scale))
-                               .keep_range(a - s, b - s, kNegInf);
+          // Rows outside [a, b) (a zero row past the chunk's end) only reach their own
+          // lanes, which keep_range masks.
+          const T* const* rows = k_row + s;
+          const Vec16 sums = transpose_sum([&](int j) { return query[mi].dot(rows[j]); });
+          scores[s / 16] = (sums * Vec16::broadcast(scale)).keep_range(a - s, b - s, kNegInf);
           top = Vec16::max(top, scores[s / 16]);
         }
         const float new_max = std::max(row_max[mi], top.max());
