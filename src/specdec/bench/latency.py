@@ -15,13 +15,16 @@ import time
 import torch
 
 from specdec.bench.settle import settled
-from specdec.bench.workload import chat_prompt_ids, extraction_prompts
+from specdec.bench.workload import chat_prompt_ids, extraction_prompts, random_prompt_ids
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--num-prompts", type=int, default=4, help="prompts run one at a time")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--input-len", type=int, default=0,
+                        help="prompts of this many random tokens instead of the extraction "
+                             "prompts (TTFT of long prompts)")
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--skip-llamacpp", action="store_true",
@@ -83,11 +86,24 @@ def core_round_trip_ns(kernels) -> float | None:
     return kernels.core_round_trip_ns(cpus[0], cpus[1])
 
 
+def mean_context(prompts: list[list[int]], outputs: list[list[int]]) -> float:
+    """Mean context length over the decode steps (the tokens after each first one):
+    a prompt of L tokens decoding n reads L + 1 .. L + n - 1 positions."""
+    total = steps = 0
+    for prompt, out in zip(prompts * (len(outputs) // len(prompts)), outputs, strict=True):
+        n = len(out)
+        total += sum(len(prompt) + t for t in range(1, n))
+        steps += max(n - 1, 0)
+    return total / max(steps, 1)
+
+
 def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -> dict:
     """Run each prompt alone; decode time per output token across all runs."""
     from specdec import SamplingParams
 
-    llm.generate([prompts[0]], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+    # Warm up on less than a KV block of the first prompt, so the prefix cache holds none
+    # of the prompts measured.
+    llm.generate([prompts[0][:8]], SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
     ttfts, decode_s, decode_tokens, outs = [], 0.0, 0, []
     for _ in range(repeats):
         for prompt in prompts:
@@ -105,13 +121,17 @@ def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -
 def main(args: argparse.Namespace) -> dict:
     from specdec import LLM, SamplingParams, isa
     from specdec.cli.options import constraint_options, engine_kwargs
+    from specdec.core.model_runner import ModelRunner
     from specdec.model.weight_info import streamed_weight_bytes
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
     llm = settled(LLM(**kwargs))
     print(f"engine: {isa.engine_summary(llm.stats())}")
-    prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
+    if args.input_len > 0:
+        prompts = random_prompt_ids(len(llm.tokenizer), args.input_len, args.num_prompts)
+    else:
+        prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
                             ignore_eos=args.ignore_eos)
     options = constraint_options(args)
@@ -131,14 +151,16 @@ def main(args: argparse.Namespace) -> dict:
     weight_bytes = streamed_weight_bytes(llm.engine.model)
     dtype = str(llm.engine.dtype).removeprefix("torch.")
     result = {"dtype": dtype, "engine": isa.engine_summary(llm.stats()),
-              "num_prompts": len(prompts), "ttft_ms": base["ttft_ms"],
+              "num_prompts": len(prompts), "input_len": args.input_len, "ttft_ms": base["ttft_ms"],
               "itl_ms": base["itl_ms"], "floor_ms": 1e3 * floor,
               "itl_over_floor": base["itl_ms"] / (1e3 * floor),
               "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
               "bandwidth_samples_gb_s": [b / 1e9 for b in bandwidths],
               "bytes_floor_ms": 1e3 * weight_bytes / bandwidth,
               "core_round_trip_ns": round_trips}
-    print(f"specdec ({dtype}, {len(prompts)} prompts one at a time, max {args.max_tokens} new"
+    print(f"specdec ({dtype}, {len(prompts)} prompts one at a time"
+          f"{f' of {args.input_len} random tokens' if args.input_len > 0 else ''}, "
+          f"max {args.max_tokens} new"
           f"{', constrained by ' + str(options) if options else ''}): "
           f"TTFT {base['ttft_ms']:.1f} ms, mean ITL {base['itl_ms']:.2f} ms "
           f"({base['tok_s']:.1f} tok/s)")
@@ -155,6 +177,16 @@ def main(args: argparse.Namespace) -> dict:
         print(f"core round trip {' / '.join(f'{ns:.0f}' for ns in round_trips)} ns (before / "
               "after the run / after the floor; under ~150 ns: the two CPUs share a core "
               "complex, several hundred: they sit on two)")
+    # Each decode token also reads its context's K/V rows in every layer: at long
+    # contexts as many bytes as the weights.
+    kv_bytes = mean_context(prompts, base["outputs"]) * ModelRunner.kv_bytes_per_block(
+        llm.engine.model_config, 1, llm.engine.dtype)
+    result["kv_bytes_per_token"] = kv_bytes
+    result["bytes_with_kv_floor_ms"] = 1e3 * (weight_bytes + kv_bytes) / bandwidth
+    print(f"with the KV cache each token reads ({kv_bytes / 2**20:.1f} MiB at the mean context"
+          f" of {mean_context(prompts, base['outputs']):.0f}): floor "
+          f"{result['bytes_with_kv_floor_ms']:.2f} ms -> ITL / (weights + KV) floor = "
+          f"{base['itl_ms'] / result['bytes_with_kv_floor_ms']:.2f}x")
     result["steps_on_fewer_threads"] = fewer = base["stats"]["steps_on_fewer_threads"]
     if fewer:
         print(f"note: {fewer} of {base['stats']['steps']} steps ran on fewer threads (other "
@@ -200,10 +232,11 @@ def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
         return peer
     outputs = peer.pop("outputs")
     same = sum(a[: len(b)] == b[: len(a)] for a, b in zip(base["outputs"], outputs, strict=True))
-    peer.update(speedup=peer["itl_ms"] / result["itl_ms"], same_greedy_prefix=same)
+    peer.update(speedup=peer["itl_ms"] / result["itl_ms"],
+                ttft_speedup=peer["ttft_ms"] / result["ttft_ms"], same_greedy_prefix=same)
     print(f"llama.cpp {peer['version']} ({path.name}, {peer['threads']} threads): TTFT "
           f"{peer['ttft_ms']:.1f} ms, mean ITL {peer['itl_ms']:.2f} ms ({peer['tok_s']:.1f} tok/s)"
-          f" -> specdec / llama.cpp = {peer['speedup']:.2f}x"
+          f" -> specdec / llama.cpp = {peer['speedup']:.2f}x (TTFT {peer['ttft_speedup']:.2f}x)"
           + (f", with speculation {peer['itl_ms'] / result['spec_itl_ms']:.2f}x"
              if "spec_itl_ms" in result else "")
           + f"; greedy outputs agreeing (shorter a prefix of longer): {same}/{len(outputs)}")

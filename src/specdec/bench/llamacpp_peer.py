@@ -21,7 +21,8 @@ def llamacpp_latency(path: Path, prompts: list[list[int]], max_tokens: int, thre
         return {"status": "not installed (pip install llama-cpp-python)"}
     import llama_cpp
 
-    llm = Llama(model_path=str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads,
+    n_ctx = max(2048, max(len(p) for p in prompts) + max_tokens + 8)
+    llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, verbose=False)
     eos = llm.token_eos()
     outputs: list[list[int]] = []

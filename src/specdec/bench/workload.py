@@ -1,4 +1,5 @@
-"""The JSON-extraction workload shared by the benchmarks (64 short texts)."""
+"""The workloads shared by the benchmarks: JSON extraction (64 short texts) and
+prompts of random tokens of a given length."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ def chat_prompt_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
         )
         out.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
     return out
+
+
+def random_prompt_ids(vocab_size: int, length: int, count: int, seed: int = 0) -> list[list[int]]:
+    """``count`` prompts of ``length`` token ids drawn (seeded) from the vocabulary's upper
+    15/16, away from the special tokens at its start: a long-prompt workload (vLLM's
+    ``--input-len``) whose prompts share no prefix, so none hits the prefix cache."""
+    import random
+
+    rng = random.Random(seed)
+    low = vocab_size // 16
+    return [[rng.randrange(low, vocab_size) for _ in range(length)] for _ in range(count)]
 
 
 def percentile(values: list[float], q: float) -> float:
