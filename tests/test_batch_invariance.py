@@ -5,8 +5,8 @@ after a prefix-cache hit, and with n-gram speculation verifying drafts.
 Three engines: the bundled GGUF model on its quantized projections (whose per-row
 arithmetic does not depend on the number of rows), a model whose projections run
 one row at a time, which isolates the rest of the step (attention over the paged
-cache, norms, RoPE, the LM head, sampling), and bfloat16 with ``batch_invariant``
-(the fused kernels' batch-invariant projections instead of oneDNN). Runs at every ISA
+cache, norms, RoPE, the LM head, sampling), and dense bfloat16 with its default options
+(the fused kernels' batch-invariant projections, where they run). Runs at every ISA
 level the CPU has (``test_isa_levels.py``)."""
 
 from __future__ import annotations
@@ -55,8 +55,7 @@ def row_by_row(llm: LLM) -> LLM:
 ENGINES = {
     "gguf": lambda **kw: LLM(quantization="gguf", **kw),
     "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32", **kw)),
-    "bf16-invariant": lambda **kw: LLM(quantization="none", dtype="bfloat16",
-                                       batch_invariant=True, **kw),
+    "bf16-invariant": lambda **kw: LLM(quantization="none", dtype="bfloat16", **kw),
 }
 
 
@@ -79,8 +78,9 @@ def test_greedy_output_does_not_depend_on_the_batch(engine, prompts):
     skip_unless_runnable(engine)
     make = ENGINES[engine]
     llm = make(enable_prefix_caching=False)
-    if engine == "bf16-invariant":
+    if engine == "bf16-invariant":  # by default, without batch_invariant=True
         assert llm.stats()["weight_layout"] == "bf16-invariant"
+        assert llm.stats()["batch_invariant"] is True
     alone = [greedy(llm, [p])[0] for p in prompts[:3]]
     batched = greedy(llm, prompts)[:3]
     assert batched == alone

@@ -34,11 +34,11 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     fused_kernels: bool = True  # fused C++ CPU kernels + pre-packed bf16 weights; False: eager
     # Outputs that do not depend on the batch: a prompt's output is the same alone,
-    # batched, chunked or speculated. Needs bf16 projections whose result for a row does
-    # not depend on the batch (the fused kernels' bf16_invariant_linear, which AVX-512 CPUs
-    # without AMX run anyway; oneDNN / AMX tiles elsewhere) and sends every query to the
-    # paged-attention kernel (long prompts prefill ~45 % slower than with SDPA), so off by
-    # default for dense models. GGUF weights are batch-invariant by default.
+    # batched, chunked or speculated. They are wherever the projections are: GGUF weights,
+    # and dense bf16 on the fused kernels' bf16_invariant_linear (AVX-512 CPUs without
+    # AMX); every query then goes to the paged-attention kernel. True asks for it and
+    # warns where it cannot hold (AMX tiles and oneDNN, float32 dense weights);
+    # ``LLM.stats()["batch_invariant"]`` says whether it holds.
     batch_invariant: bool = False
     speculative: dict[str, Any] | None = None
     # Engine-wide settings owned by plugins (e.g. ``structured_backend``), by the names

@@ -60,8 +60,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-invariant", dest="batch_invariant",
                         action=argparse.BooleanOptionalAction,
                         default=engine("batch_invariant"),
-                        help="bf16 projections whose rows do not depend on the batch "
-                             "(AVX-512 CPUs without AMX; --no-batch-invariant: oneDNN)")
+                        help="outputs that do not depend on the batch; on by itself "
+                             "where the projections allow it (GGUF weights, bf16 on "
+                             "AVX-512 CPUs without AMX), a warning where they do not")
     parser.add_argument("--threads", dest="num_threads", type=int,
                         default=engine("num_threads"), help="torch threads (default: all cores)")
     parser.add_argument("--adaptive-threads", dest="adaptive_threads",

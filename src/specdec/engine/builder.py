@@ -81,11 +81,12 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         kv=kv,
         scheduler=scheduler,
         kernels=kernels,
-        # Invariant projections make the outputs batch-invariant only with every query on
-        # the paged-attention kernel: the default for GGUF weights, asked for otherwise.
+        # Invariant projections make the outputs batch-invariant with every query on the
+        # paged-attention kernel, which is also faster than SDPA in bf16 at every prompt
+        # and chunk length up to 8k (docs/benchmarks.md); GGUF weights take it in float32
+        # too. So wherever the projections are invariant, so are the outputs.
         runner=ModelRunner(model, num_blocks, config.block_size, dtype, kernels,
-                           invariant_attention=projections_batch_invariant(model) and (
-                               config.batch_invariant or weight_format == "gguf")),
+                           invariant_attention=projections_batch_invariant(model)),
         sampler=Sampler(config.seed, kernels),
         eos_token_ids=eos_token_ids(model_dir, model_config, tokenizer),
     )
