@@ -37,8 +37,8 @@ class EngineConfig:
     # batched, chunked or speculated. They are wherever the projections are: GGUF weights,
     # and dense bf16 on the fused kernels' bf16_invariant_linear (AVX-512 CPUs without
     # AMX); every query then goes to the paged-attention kernel. True asks for it and
-    # warns where it cannot hold (AMX tiles and oneDNN, float32 dense weights);
-    # ``LLM.stats()["batch_invariant"]`` says whether it holds.
+    # warns where bf16 projections cannot be invariant (AMX tiles serve them);
+    # ``LLM.stats()["batch_invariant"]`` says whether it holds (False for float32 dense).
     batch_invariant: bool = False
     speculative: dict[str, Any] | None = None
     # Engine-wide settings owned by plugins (e.g. ``structured_backend``), by the names
