@@ -37,3 +37,18 @@ def test_bench_latency_on_long_random_prompts(tiny_model_dir, capsys):
     assert per_position > 0 and per_position == int(per_position)
     assert result["bytes_with_kv_floor_ms"] > result["bytes_floor_ms"]
     assert "40 random tokens" in capsys.readouterr().out
+
+
+def test_bench_latency_sampled_with_speculation_and_hf(tiny_model_dir, capsys):
+    from specdec.bench import latency
+
+    args = build_parser().parse_args(
+        ["bench", "latency", "--model", str(tiny_model_dir), "--dtype", "float32",
+         "--num-prompts", "1", "--max-tokens", "6", "--ignore-eos", "--temperature", "0.8",
+         "--speculative-method", "ngram", "--skip-llamacpp"]
+    )
+    result = latency.main(args)
+    out = capsys.readouterr().out
+    assert "sampled at temperature 0.8" in out
+    assert result["spec_identical"] is None and "greedy outputs identical" not in out
+    assert result["hf_itl_ms"] > 0 and result["itl_ms"] > 0

@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts of this many random tokens instead of the extraction "
                              "prompts (TTFT of long prompts)")
     parser.add_argument("--ignore-eos", action="store_true")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="sample at this temperature (no top-k/top-p, seeded) in specdec "
+                             "and its peers; 0 is greedy")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--skip-llamacpp", action="store_true",
                         help="skip llama.cpp (run when llama-cpp-python is installed)")
@@ -132,8 +135,9 @@ def main(args: argparse.Namespace) -> dict:
         prompts = random_prompt_ids(len(llm.tokenizer), args.input_len, args.num_prompts)
     else:
         prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
-                            ignore_eos=args.ignore_eos)
+    sampled = args.temperature > 0  # outputs of different runs are then not compared
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                            seed=0 if sampled else None, ignore_eos=args.ignore_eos)
     options = constraint_options(args)
     # Other tenants move this host's bandwidth between runs (40-73 GB/s seen): sample it
     # around the measured run and take the median, printing the spread.
@@ -159,6 +163,7 @@ def main(args: argparse.Namespace) -> dict:
               "bytes_floor_ms": 1e3 * weight_bytes / bandwidth,
               "core_round_trip_ns": round_trips}
     print(f"specdec ({dtype}, {len(prompts)} prompts one at a time"
+          f"{f', sampled at temperature {args.temperature}' if sampled else ''}"
           f"{f' of {args.input_len} random tokens' if args.input_len > 0 else ''}, "
           f"max {args.max_tokens} new"
           f"{', constrained by ' + str(options) if options else ''}): "
@@ -197,13 +202,13 @@ def main(args: argparse.Namespace) -> dict:
         spec = measure(spec_llm, prompts, params, args.repeats, options)
         s = spec["stats"]
         result.update(spec_itl_ms=spec["itl_ms"], spec_speedup=base["itl_ms"] / spec["itl_ms"],
-                      spec_identical=spec["outputs"] == base["outputs"],
+                      spec_identical=None if sampled else spec["outputs"] == base["outputs"],
                       acceptance_rate=s["spec_acceptance_rate"],
                       mean_acceptance_length=s["spec_mean_acceptance_length"],
                       acceptance_per_position=s["spec_acceptance_per_position"])
         print(f"speculative {spec_options}: mean ITL {spec['itl_ms']:.2f} ms "
-              f"({spec['tok_s']:.1f} tok/s) -> decode speed-up {result['spec_speedup']:.2f}x; "
-              f"greedy outputs identical: {result['spec_identical']}")
+              f"({spec['tok_s']:.1f} tok/s) -> decode speed-up {result['spec_speedup']:.2f}x"
+              + ("" if sampled else f"; greedy outputs identical: {result['spec_identical']}"))
         print(f"  acceptance rate {s['spec_acceptance_rate']:.2f}, mean acceptance length "
               f"{s['spec_mean_acceptance_length']:.2f}, per position "
               f"{[round(x, 2) for x in s['spec_acceptance_per_position']]}")
@@ -226,12 +231,15 @@ def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
     if path is None:
         return {"status": "not a GGUF model"}
     peer = llamacpp_latency(path, prompts, args.max_tokens, torch.get_num_threads(),
-                            args.ignore_eos, args.repeats)
+                            args.ignore_eos, args.repeats, args.temperature)
     if peer["status"] != "ok":
         print(f"llama.cpp: {peer['status']}")
         return peer
     outputs = peer.pop("outputs")
-    same = sum(a[: len(b)] == b[: len(a)] for a, b in zip(base["outputs"], outputs, strict=True))
+    same = None
+    if args.temperature == 0:
+        same = sum(a[: len(b)] == b[: len(a)]
+                   for a, b in zip(base["outputs"], outputs, strict=True))
     peer.update(speedup=peer["itl_ms"] / result["itl_ms"],
                 ttft_speedup=peer["ttft_ms"] / result["ttft_ms"], same_greedy_prefix=same)
     print(f"llama.cpp {peer['version']} ({path.name}, {peer['threads']} threads): TTFT "
@@ -239,7 +247,8 @@ def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
           f" -> specdec / llama.cpp = {peer['speedup']:.2f}x (TTFT {peer['ttft_speedup']:.2f}x)"
           + (f", with speculation {peer['itl_ms'] / result['spec_itl_ms']:.2f}x"
              if "spec_itl_ms" in result else "")
-          + f"; greedy outputs agreeing (shorter a prefix of longer): {same}/{len(outputs)}")
+          + ("" if same is None else
+             f"; greedy outputs agreeing (shorter a prefix of longer): {same}/{len(outputs)}"))
     return peer
 
 
@@ -251,11 +260,14 @@ def _hf_latency(kwargs, prompt: list[int], args) -> dict:
     model = load_hf_model(resolve_model_dir(kwargs["model"]), resolve_dtype(kwargs["dtype"]))
     ids = torch.tensor([prompt])
 
+    sampling = ({"do_sample": True, "temperature": args.temperature, "top_k": 0, "top_p": 1.0}
+                if args.temperature > 0 else {"do_sample": False})
+
     def run(n: int) -> float:
         start = time.perf_counter()
         with torch.inference_mode():
             model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
-                           min_new_tokens=n, do_sample=False, pad_token_id=0)
+                           min_new_tokens=n, pad_token_id=0, **sampling)
         return time.perf_counter() - start
 
     run(4)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.core.messages import LogitsRow, RequestSample, SampleOutput
+from specdec.sample import categorical
 
 if TYPE_CHECKING:
     from specdec.core.request import Request
@@ -43,8 +44,7 @@ def verify_draft(p: torch.Tensor, row: LogitsRow, generator: torch.Generator) ->
     if float(residual.sum()) <= 0.0:  # p == q up to rounding: any sample of p is fine
         residual = p.clone()
     residual[x] = 0.0  # rejection implies p(x) < q(x), so the residual at x is zero
-    noise = torch.empty_like(residual).exponential_(generator=generator)
-    return int((residual / noise).argmax())
+    return categorical.sample(residual, generator)
 
 
 def accept_drafts(rows: list[LogitsRow], token_ids: list[int],

@@ -1,8 +1,8 @@
 """Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds.
 
-Random rows sample by the exponential race (``argmax(p / E)`` with ``E ~ Exp(1)``),
-which draws exactly from ``p``; each seeded request draws its noise from its own
-generator, so its tokens do not depend on what else is in the batch.
+Random rows draw from ``p`` by inverse CDF (:mod:`specdec.sample.categorical`); each
+seeded request draws from its own generator, so its tokens do not depend on what else
+is in the batch.
 
 Every row gets a token, draft rows included: a row whose draft came with a proposal
 distribution ``q`` is rejection-sampled (:func:`specdec.sample.rejection.verify_draft`);
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.messages import LogitsRow, RunnerOutput, SampleOutput
+from specdec.sample import categorical
 from specdec.sample.rejection import accept_drafts, verify_draft
 
 LOGPROB_FLOOR = -9999.0  # the logprob reported for a token that cannot be sampled
@@ -69,10 +70,8 @@ class Sampler:
 
     def _sample_random(self, logits: torch.Tensor, rows: list[LogitsRow]) -> torch.Tensor:
         probs = processed_probs(logits, [r.request.sampling_params for r in rows])
-        noise = torch.empty_like(probs)
-        for i, row in enumerate(rows):
-            noise[i].exponential_(generator=row.request.generator or self.generator)
-        tokens = (probs / noise).max(dim=-1).indices
+        tokens = categorical.sample_rows(
+            probs, [row.request.generator or self.generator for row in rows])
         for i, row in enumerate(rows):
             if row.draft_probs is not None and row.draft_token is not None:
                 tokens[i] = self._verify(probs[i], row)

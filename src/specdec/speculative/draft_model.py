@@ -28,6 +28,7 @@ from specdec.core.scheduler import Scheduler, SchedulerConfig
 from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config
 from specdec.model.packed_linear import pack_linears
+from specdec.sample import categorical
 from specdec.sample.sampler import processed_probs
 from specdec.speculative.config import SpeculativeConfig
 from specdec.speculative.quantize import quantize_int8
@@ -105,8 +106,7 @@ class DraftModelProposer:
         if params.greedy:
             return int(logits.argmax()), None
         q = processed_probs(logits.unsqueeze(0), [params])[0]
-        noise = torch.empty_like(q).exponential_(generator=self.generator)
-        return int((q / noise).argmax()), q
+        return categorical.sample(q, self.generator), q
 
     def _sync_shadow(self, req: Request) -> Request:
         """The shadow's valid cache = common prefix of what it holds and the target's tokens."""
