@@ -22,7 +22,7 @@ def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """``[R, V]`` unnormalised probabilities (>= 0) and ``[R]`` uniforms in [0, 1):
     the ``[R]`` tokens drawn. A zero-probability token is never drawn."""
     cdf = probs.cumsum(-1, dtype=torch.float64)
-    total = cdf[:, -1:]
+    total = cdf[:, -1:].contiguous()
     target = uniforms.to(torch.float64).unsqueeze(1) * total
     token = torch.searchsorted(cdf, target, right=True)  # first cdf[i] > target
     # u * total can round up to total: the last token with mass is the first whose

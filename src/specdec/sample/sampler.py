@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.messages import LogitsRow, RunnerOutput, SampleOutput
-from specdec.sample import categorical
+from specdec.sample.filters import processed_probs, sample_tokens
 from specdec.sample.rejection import accept_drafts, verify_draft
 
 LOGPROB_FLOOR = -9999.0  # the logprob reported for a token that cannot be sampled
@@ -69,54 +69,27 @@ class Sampler:
         return logits.max(dim=-1).indices  # first maximum, like argmax, faster on CPU
 
     def _sample_random(self, logits: torch.Tensor, rows: list[LogitsRow]) -> torch.Tensor:
-        probs = processed_probs(logits, [r.request.sampling_params for r in rows])
-        tokens = categorical.sample_rows(
-            probs, [row.request.generator or self.generator for row in rows])
-        for i, row in enumerate(rows):
-            if row.draft_probs is not None and row.draft_token is not None:
-                tokens[i] = self._verify(probs[i], row)
+        """Rows with a draft from a ``q`` are rejection-sampled against their whole
+        distribution; the others draw from their kept tokens alone."""
+        params = [r.request.sampling_params for r in rows]
+        generators = [r.request.generator or self.generator for r in rows]
+        verified = [i for i, r in enumerate(rows)
+                    if r.draft_probs is not None and r.draft_token is not None]
+        if not verified:
+            return sample_tokens(logits, params, generators)
+        tokens = torch.empty(len(rows), dtype=torch.long)
+        drawn = sorted(set(range(len(rows))) - set(verified))
+        if drawn:
+            tokens[drawn] = sample_tokens(logits[drawn], [params[i] for i in drawn],
+                                          [generators[i] for i in drawn])
+        probs = processed_probs(logits[verified], [params[i] for i in verified])
+        for j, i in enumerate(verified):
+            tokens[i] = self._verify(probs[j], rows[i])
         return tokens
 
     def _verify(self, p: torch.Tensor, row: LogitsRow) -> int:
         """Rejection-sample one draft token proposed from ``row.draft_probs``."""
         return verify_draft(p, row, row.request.generator or self.generator)
-
-
-def processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:
-    """The distribution each row samples from: temperature, top-k, top-p, min-p, normalised."""
-    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)
-    logits = logits / temps[:, None]
-    top_k = [p.top_k for p in params]
-    top_p = [p.top_p for p in params]
-    if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
-        logits = apply_top_k_top_p(logits, top_k, top_p)
-    probs = torch.softmax(logits, dim=-1)
-    min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
-    if bool((min_p > 0).any()):
-        threshold = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
-        probs = probs.masked_fill(probs < threshold, 0.0)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
-
-
-def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
-    """Mask (with -inf) everything outside each row's top-k and top-p nucleus."""
-    vocab = logits.shape[-1]
-    if all(p >= 1.0 for p in top_p):  # top-k only: a partial top-k beats a full sort
-        k = [v if 0 < v < vocab else vocab for v in top_k]
-        values = logits.topk(max(k), dim=-1).values
-        kth = values.gather(1, torch.tensor(k).unsqueeze(1) - 1)
-        return logits.masked_fill(logits < kth, float("-inf"))
-    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=False)
-    k = torch.tensor([v if 0 < v < vocab else vocab for v in top_k])
-    kth = sorted_logits.gather(1, (vocab - k).unsqueeze(1))  # k-th largest value
-    remove = sorted_logits < kth
-    p = torch.tensor(top_p, dtype=logits.dtype)
-    cum = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1).cumsum(dim=-1)
-    remove |= cum <= (1 - p[:, None])
-    remove[:, -1] = False  # always keep the most likely token
-    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-    return torch.empty_like(logits).scatter_(1, sorted_idx, sorted_logits)
 
 
 def finite_logprobs(logprobs: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from specdec.model import loader
 from specdec.model.builder import build_model, load_hf_config
 from specdec.model.packed_linear import pack_linears
 from specdec.sample import categorical
-from specdec.sample.sampler import processed_probs
+from specdec.sample.filters import processed_probs
 from specdec.speculative.config import SpeculativeConfig
 from specdec.speculative.quantize import quantize_int8
 
