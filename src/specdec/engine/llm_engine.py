@@ -28,7 +28,11 @@ from specdec.engine.output_processor import OutputProcessor
 from specdec.engine.validation import RequestRejectedError, RequestValidator
 from specdec.engine_context import EngineContext
 from specdec.model.registry import ModelRegistry
-from specdec.model.weight_info import resident_weight_bytes, weight_layout
+from specdec.model.weight_info import (
+    has_nontemporal_projections,
+    resident_weight_bytes,
+    weight_layout,
+)
 from specdec.outputs import RequestOutput
 from specdec.plugins.caller import HookCaller, PluginError
 from specdec.plugins.manager import make_plugin_manager
@@ -278,9 +282,9 @@ class LLMEngine:
             batch_invariant=self.runner.invariant_attention,  # outputs independent of the batch
             fused_kernels=self.runner.kernels is not None,
             # weights read once a step loaded with a non-temporal hint (kernels/nontemporal.h)
-            nontemporal_weights=bool(("gguf" in layout or "bf16-invariant" in layout)
-                                     and self.kernels is not None
-                                     and self.kernels.nontemporal_weights()),
+            nontemporal_weights=bool(self.kernels is not None
+                                     and self.kernels.nontemporal_weights()
+                                     and has_nontemporal_projections(self.model)),
             threads=self.step_threads,
         )
         extras, failures = self.hooks.every("specdec_stats")

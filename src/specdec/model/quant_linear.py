@@ -27,6 +27,9 @@ _EMBEDDING_BLOCKS = {"Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_1": (20, 32)}
 class GgufLinear(nn.Module):
     """A projection over GGUF blocks: ``parts`` are fused in output order (q|k|v)."""
 
+    # quant_linear.h loads the blocks with the non-temporal hint when it is on
+    nontemporal_loads = True
+
     def __init__(self, parts: list[GgufTensor], bias: torch.Tensor | None, kernels):
         super().__init__()
         self.kernels = kernels

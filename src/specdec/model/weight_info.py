@@ -28,6 +28,12 @@ def weight_layout(model: nn.Module) -> str:
     return "+".join(sorted(kinds)) or "plain"
 
 
+def has_nontemporal_projections(model: nn.Module) -> bool:
+    """Whether any projection's kernel loads its weights with the non-temporal hint
+    (``kernels/nontemporal.h``) when the hint is on: they say so themselves."""
+    return any(getattr(module, "nontemporal_loads", False) for module in model.modules())
+
+
 def resident_weight_bytes(model: nn.Module) -> int:
     """Bytes the model's weights occupy: every parameter and buffer once (shared ones
     once), GGUF projections as their kernels hold them, and both copies of a packed

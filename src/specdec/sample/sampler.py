@@ -51,9 +51,13 @@ class Sampler:
         raw_logprobs = None
         if any(p.logprobs is not None for p in params):
             raw_logprobs = finite_logprobs(torch.log_softmax(logits, dim=-1))
-        tokens = self._argmax(logits)
         random_rows = [i for i, p in enumerate(params) if not p.greedy]
-        if random_rows:
+        if not random_rows:
+            tokens = self._argmax(logits)
+        elif len(random_rows) == len(rows):
+            tokens = self._sample_random(logits, rows)
+        else:  # the greedy rows' argmax, then the others drawn
+            tokens = self._argmax(logits)
             random_idx = torch.tensor(random_rows, dtype=torch.long)
             sub = [rows[i] for i in random_rows]
             tokens[random_idx] = self._sample_random(logits[random_idx], sub)
