@@ -22,6 +22,7 @@ PER_LEVEL_TESTS = [
     "tests/test_kernels_layer.py",  # one fused layer(): every projection kind, both paths
     "tests/test_kernels_quant.py",  # GGUF projections: every format on this level's path
     "tests/test_kernels_bf16_invariant.py",  # batch-invariant bf16 (skips below avx512)
+    "tests/test_kernels_sample.py",  # the fused draw: its distribution on a grid
     "tests/test_bf16_engine.py",
     "tests/test_gguf_engine.py",  # the bundled model on its GGUF blocks vs dequantized
     "tests/test_batch_invariance.py",  # alone = batched = chunked = cached = speculative

@@ -36,6 +36,7 @@
 #include "layer_weights.h"
 #include "quant_linear.h"
 #include "row_ops.h"
+#include "sample_rows.h"
 #include "tile_linear.h"
 #include "vec16.h"
 
@@ -411,6 +412,32 @@ at::Tensor argmax_rows(const at::Tensor& logits) {
       }
       idx[r] = at;
     }
+  });
+  return out;
+}
+
+at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
+                       const at::Tensor& min_p, const at::Tensor& uniforms) {
+  check_cpu_contiguous(logits, "logits");
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
+              "sample_rows: float32 [rows, vocab]");
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  for (const auto* t : {&inv_temp, &min_p, &uniforms}) {
+    check_cpu_contiguous(*t, "sample_rows argument");
+    TORCH_CHECK(t->dim() == 1 && t->size(0) == rows, "sample_rows: one value a row");
+  }
+  TORCH_CHECK(inv_temp.scalar_type() == at::kFloat && min_p.scalar_type() == at::kFloat &&
+              uniforms.scalar_type() == at::kDouble,
+              "sample_rows: float32 inv_temp and min_p, float64 uniforms");
+  auto out = at::empty({rows}, logits.options().dtype(at::kLong));
+  const float* data = logits.data_ptr<float>();
+  const float* it = inv_temp.data_ptr<float>();
+  const float* mp = min_p.data_ptr<float>();
+  const double* u = uniforms.data_ptr<double>();
+  int64_t* tok = out.data_ptr<int64_t>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      tok[r] = sample_row(data + r * vocab, vocab, it[r], mp[r], u[r]);
   });
   return out;
 }
@@ -923,6 +950,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "median ns for a cache line to go from CPU a to CPU b and back",
       py::arg("cpu_a"), py::arg("cpu_b"), py::arg("trips") = 2000, py::arg("rounds") = 5);
   m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
+  m.def("sample_rows", &sample_rows,
+        "one token per float32 row at 1 / inv_temp with min-p, by inverse CDF (uniforms)");
   m.def(
       "huge_page_zeros",
       [](std::vector<int64_t> sizes, at::ScalarType dtype) { return HugePageArena::zeros(sizes, dtype); },

@@ -31,10 +31,14 @@ def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.minimum(token, last).clamp_(max=probs.shape[-1] - 1).squeeze(1)
 
 
+def uniforms(generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """``[R]`` float64 uniforms in [0, 1), one from each generator."""
+    return torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
+
+
 def sample_rows(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
     """One token per row of ``[R, V]`` ``probs``, row ``r`` drawn with ``generators[r]``."""
-    uniforms = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
-    return draw(probs, uniforms)
+    return draw(probs, uniforms(generators))
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:

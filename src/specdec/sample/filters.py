@@ -36,24 +36,36 @@ class Candidates:
 
 
 def sample_tokens(logits: torch.Tensor, params: list,
-                  generators: Sequence[torch.Generator]) -> torch.Tensor:
+                  generators: Sequence[torch.Generator], kernels=None) -> torch.Tensor:
     """One token per row of ``[R, V]`` logits, drawn from its processed distribution
-    with its generator."""
-    scaled = _scaled(logits, params)
-    filtered = [i for i, p in enumerate(params) if _has_filter(p, logits.shape[-1])]
-    if not filtered:
-        return categorical.sample_rows(_min_p(torch.softmax(scaled, -1), params), generators)
-    tokens = torch.empty(len(params), dtype=torch.long)
+    with its generator. Rows without top-k / top-p take the fused kernels' draw where
+    they apply (``kernels/sample_rows.h``: one pass for the maximum, one for the sums)."""
+    vocab = logits.shape[-1]
+    filtered = [i for i, p in enumerate(params) if _has_filter(p, vocab)]
     plain = sorted(set(range(len(params))) - set(filtered))
+    if not filtered:
+        return _sample_plain(logits, params, generators, kernels)
+    tokens = torch.empty(len(params), dtype=torch.long)
     if plain:
-        probs = _min_p(torch.softmax(scaled[plain], -1), [params[i] for i in plain])
-        tokens[plain] = categorical.sample_rows(probs, [generators[i] for i in plain])
+        tokens[plain] = _sample_plain(logits[plain], [params[i] for i in plain],
+                                      [generators[i] for i in plain], kernels)
     sub = [params[i] for i in filtered]
-    kept = candidates(scaled[filtered], sub)
+    kept = candidates(_scaled(logits[filtered], sub), sub)
     local = categorical.sample_rows(_min_p(torch.softmax(kept.logits, -1), sub),
                                     [generators[i] for i in filtered])
     tokens[filtered] = kept.index.gather(1, local.unsqueeze(1)).squeeze(1)
     return tokens
+
+
+def _sample_plain(logits: torch.Tensor, params: list, generators, kernels) -> torch.Tensor:
+    """Rows with temperature and min-p only."""
+    inv_temp = torch.tensor([1.0 / p.temperature for p in params], dtype=torch.float32)
+    if (kernels is not None and logits.dtype == torch.float32 and logits.is_contiguous()
+            and bool(torch.isfinite(inv_temp).all())):
+        min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32)
+        return kernels.sample_rows(logits, inv_temp, min_p, categorical.uniforms(generators))
+    probs = _min_p(torch.softmax(_scaled(logits, params), -1), params)
+    return categorical.sample_rows(probs, generators)
 
 
 def processed_probs(logits: torch.Tensor, params: list) -> torch.Tensor:

@@ -80,12 +80,12 @@ class Sampler:
         verified = [i for i, r in enumerate(rows)
                     if r.draft_probs is not None and r.draft_token is not None]
         if not verified:
-            return sample_tokens(logits, params, generators)
+            return sample_tokens(logits, params, generators, self._kernels)
         tokens = torch.empty(len(rows), dtype=torch.long)
         drawn = sorted(set(range(len(rows))) - set(verified))
         if drawn:
             tokens[drawn] = sample_tokens(logits[drawn], [params[i] for i in drawn],
-                                          [generators[i] for i in drawn])
+                                          [generators[i] for i in drawn], self._kernels)
         probs = processed_probs(logits[verified], [params[i] for i in verified])
         for j, i in enumerate(verified):
             tokens[i] = self._verify(probs[j], rows[i])

@@ -1,0 +1,61 @@
+"""The fused draw (kernels/sample_rows.h): an inverse CDF of softmax(logits / T) with
+min-p, checked on an even grid of uniforms, where each token's share of the grid must be
+its probability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec import SamplingParams, kernels
+from specdec.sample.filters import processed_probs
+
+K = kernels.load()
+pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
+
+GRID = 200_000
+
+
+def draws_on_a_grid(logits: torch.Tensor, temperature: float, min_p: float) -> torch.Tensor:
+    """The token for each of GRID evenly spaced uniforms (one row repeated)."""
+    rows = logits.expand(GRID, -1).contiguous()
+    u = (torch.arange(GRID, dtype=torch.float64) + 0.5) / GRID
+    inv_t = torch.full((GRID,), 1.0 / temperature)
+    floor = torch.full((GRID,), min_p)
+    return K.sample_rows(rows, inv_t, floor, u)
+
+
+@pytest.mark.parametrize("vocab", [5, 1000, 3001, 4096 + 7])  # tails: < 16, blocks, both
+@pytest.mark.parametrize("temperature,min_p", [(1.0, 0.0), (0.6, 0.0), (1.7, 0.05)])
+def test_each_tokens_share_of_the_grid_is_its_probability(vocab, temperature, min_p):
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(1, vocab, generator=g) * 2.5
+    logits[0, :: max(vocab // 7, 2)] = -torch.inf  # masked tokens (a grammar's)
+    tokens = draws_on_a_grid(logits, temperature, min_p)
+    assert bool((tokens[1:] >= tokens[:-1]).all())  # an inverse CDF: monotone in u
+    want = processed_probs(logits, [SamplingParams(temperature=temperature, min_p=min_p)])[0]
+    share = torch.bincount(tokens, minlength=vocab).double() / GRID
+    assert bool((share[want == 0] == 0).all())  # masked or below min-p: never drawn
+    assert float((share - want.double()).abs().max()) < 2.0 / GRID + 1e-5
+
+
+@pytest.mark.parametrize("u", [0.0, 1.0 - 2.0**-53])
+def test_the_ends_of_the_uniforms_land_on_tokens_with_mass(u):
+    logits = torch.full((1, 3000), -torch.inf)
+    logits[0, [17, 2047, 2100]] = torch.tensor([0.0, 1.0, 0.5])
+    token = K.sample_rows(logits, torch.ones(1), torch.zeros(1), torch.tensor([u],
+                                                                              dtype=torch.float64))
+    assert int(token[0]) == (17 if u == 0.0 else 2100)
+
+
+def test_rows_are_independent_and_match_their_single_draws():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(9, 49_152, generator=g) * 3
+    inv_t = torch.rand(9, generator=g) + 0.5
+    min_p = torch.tensor([0.0, 0.1] * 4 + [0.0])
+    u = torch.rand(9, generator=g, dtype=torch.float64)
+    together = K.sample_rows(logits, inv_t, min_p, u)
+    for r in range(9):
+        alone = K.sample_rows(logits[r : r + 1].clone(), inv_t[r : r + 1], min_p[r : r + 1],
+                              u[r : r + 1])
+        assert int(alone[0]) == int(together[r])
