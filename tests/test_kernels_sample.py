@@ -59,3 +59,36 @@ def test_rows_are_independent_and_match_their_single_draws():
         alone = K.sample_rows(logits[r : r + 1].clone(), inv_t[r : r + 1], min_p[r : r + 1],
                               u[r : r + 1])
         assert int(alone[0]) == int(together[r])
+
+
+def filtered_grid(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    rows = logits.expand(GRID, -1).contiguous()
+    u = (torch.arange(GRID, dtype=torch.float64) + 0.5) / GRID
+    return K.sample_filtered_rows(
+        rows, torch.full((GRID,), 1.0 / params.temperature),
+        torch.full((GRID,), params.top_k, dtype=torch.long),
+        torch.full((GRID,), params.top_p, dtype=torch.float64),
+        torch.full((GRID,), params.min_p), u)
+
+
+FILTERS = [
+    SamplingParams(top_p=0.9), SamplingParams(top_p=0.3), SamplingParams(top_p=0.999),
+    SamplingParams(top_k=1), SamplingParams(top_k=40), SamplingParams(top_k=900),
+    SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+    SamplingParams(temperature=1.5, top_p=0.95, min_p=0.01),
+]
+
+
+@pytest.mark.parametrize("params", FILTERS, ids=repr)
+@pytest.mark.parametrize("scale", [8.0, 1.0, 0.05])  # peaked .. flat past the first floor
+def test_filtered_draws_share_the_grid_as_the_filters_say(params, scale):
+    vocab = 1000 + 3
+    logits = torch.randn(1, vocab, generator=torch.Generator().manual_seed(5)) * scale
+    logits[0, ::11] = -torch.inf
+    tokens = filtered_grid(logits, params)
+    ranked = logits[0, tokens]  # the candidates are walked from the most likely down
+    assert bool((ranked[1:] <= ranked[:-1]).all())
+    want = processed_probs(logits, [params])[0].double()
+    share = torch.bincount(tokens, minlength=vocab).double() / GRID
+    assert bool((share[want == 0] == 0).all())  # outside the filters: never drawn
+    assert float((share - want).abs().max()) < 2.0 / GRID + 1e-5

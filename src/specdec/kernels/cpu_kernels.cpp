@@ -442,6 +442,38 @@ at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
   return out;
 }
 
+at::Tensor sample_filtered_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
+                                const at::Tensor& top_k, const at::Tensor& top_p,
+                                const at::Tensor& min_p, const at::Tensor& uniforms) {
+  check_cpu_contiguous(logits, "logits");
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
+              "sample_filtered_rows: float32 [rows, vocab]");
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  for (const auto* t : {&inv_temp, &top_k, &top_p, &min_p, &uniforms}) {
+    check_cpu_contiguous(*t, "sample_filtered_rows argument");
+    TORCH_CHECK(t->dim() == 1 && t->size(0) == rows, "sample_filtered_rows: one value a row");
+  }
+  TORCH_CHECK(inv_temp.scalar_type() == at::kFloat && top_k.scalar_type() == at::kLong &&
+              top_p.scalar_type() == at::kDouble && min_p.scalar_type() == at::kFloat &&
+              uniforms.scalar_type() == at::kDouble,
+              "sample_filtered_rows: float32 inv_temp and min_p, int64 top_k, float64 top_p "
+              "and uniforms");
+  auto out = at::empty({rows}, logits.options().dtype(at::kLong));
+  const float* data = logits.data_ptr<float>();
+  const float* it = inv_temp.data_ptr<float>();
+  const int64_t* k = top_k.data_ptr<int64_t>();
+  const double* p = top_p.data_ptr<double>();
+  const float* mp = min_p.data_ptr<float>();
+  const double* u = uniforms.data_ptr<double>();
+  int64_t* tok = out.data_ptr<int64_t>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    std::vector<SampleCandidate> kept;
+    for (int64_t r = begin; r < end; ++r)
+      tok[r] = sample_filtered_row(data + r * vocab, vocab, it[r], k[r], p[r], mp[r], u[r], kept);
+  });
+  return out;
+}
+
 // ------------------------------------------------------- AMX projections ---
 
 // Row counts up to which tile_linear beats oneDNN's matmul (measured at 128 and 512
@@ -952,6 +984,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("argmax_rows", &argmax_rows, "first maximum of each float32 row");
   m.def("sample_rows", &sample_rows,
         "one token per float32 row at 1 / inv_temp with min-p, by inverse CDF (uniforms)");
+  m.def("sample_filtered_rows", &sample_filtered_rows,
+        "sample_rows with each row's top-k (<= 0: none) and top-p (>= 1: none)");
   m.def(
       "huge_page_zeros",
       [](std::vector<int64_t> sizes, at::ScalarType dtype) { return HugePageArena::zeros(sizes, dtype); },

@@ -12,9 +12,18 @@
 // both levels for a seed). Pass 3 recomputes its block with the same vector code, so
 // the values it scans are those pass 2 summed. A token with e_i = 0 is never drawn.
 // One thread a row; ~3 reads of a 49 152-token row from L2, ~30 µs.
+//
+// With top-k / top-p (sample_filtered_row) the kept tokens are found without sorting the
+// row: the tokens with e_i >= floor are collected (floor = 2^-10 first, 2^-10 times
+// lower while they hold fewer than k tokens, or less than p of the vocabulary's mass:
+// every kept token is among them, as each ranks above all the others), sorted, cut to
+// the top-k, then to the top-p nucleus (a token kept while the mass ranked above it is
+// below p of the top-k's or vocabulary's mass, in float64), then to min-p; the draw is
+// an inverse CDF over what is left. The same rules as specdec.sample.filters.
 
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -53,9 +62,7 @@ inline double sample_block(const float* row, int64_t begin, int64_t end, float m
   return total;
 }
 
-// The token drawn for one row with uniform u in [0, 1).
-inline int64_t sample_row(const float* row, int64_t vocab, float inv_t, float min_p,
-                          double u) {
+inline float row_max(const float* row, int64_t vocab) {
   float max = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
   if (vocab >= 16) {
@@ -64,6 +71,13 @@ inline int64_t sample_row(const float* row, int64_t vocab, float inv_t, float mi
     max = best.max();
   }
   for (; i < vocab; ++i) max = std::max(max, row[i]);
+  return max;
+}
+
+// The token drawn for one row with uniform u in [0, 1).
+inline int64_t sample_row(const float* row, int64_t vocab, float inv_t, float min_p,
+                          double u) {
+  const float max = row_max(row, vocab);
   const int64_t blocks = (vocab + kSampleBlock - 1) / kSampleBlock;
   std::vector<double> sums(blocks);
   alignas(64) float e[kSampleBlock];
@@ -98,6 +112,88 @@ inline int64_t sample_row(const float* row, int64_t vocab, float inv_t, float mi
     return begin + chosen;
   }
   return 0;  // not reached: block `last` returns
+}
+
+struct SampleCandidate {
+  float e;
+  int32_t index;
+};
+
+// Appends the tokens with e_i >= floor (and e_i > 0) to kept; returns their mass.
+inline double collect_candidates(const float* row, int64_t vocab, float max, float inv_t,
+                                 float floor, std::vector<SampleCandidate>& kept) {
+  alignas(64) float e[kSampleBlock];
+  const Vec16 bar = Vec16::broadcast(floor);
+  double mass = 0.0;
+  for (int64_t begin = 0; begin < vocab; begin += kSampleBlock) {
+    const int64_t n = std::min(vocab, begin + kSampleBlock) - begin;
+    sample_block(row, begin, begin + n, max, inv_t, 0.0f, e);
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      for (uint32_t m = Vec16::load(e + j).mask_ge(bar); m != 0; m &= m - 1) {
+        const int lane = __builtin_ctz(m);
+        if (e[j + lane] <= 0.0f) continue;
+        kept.push_back({e[j + lane], static_cast<int32_t>(begin + j + lane)});
+        mass += e[j + lane];
+      }
+    }
+    for (; j < n; ++j) {
+      if (e[j] >= floor && e[j] > 0.0f) {
+        kept.push_back({e[j], static_cast<int32_t>(begin + j)});
+        mass += e[j];
+      }
+    }
+  }
+  return mass;
+}
+
+// The token drawn for one row with top_k (<= 0: none) and top_p (>= 1: none).
+inline int64_t sample_filtered_row(const float* row, int64_t vocab, float inv_t,
+                                   int64_t top_k, double top_p, float min_p, double u,
+                                   std::vector<SampleCandidate>& kept) {
+  const float max = row_max(row, vocab);
+  const bool has_k = top_k > 0 && top_k < vocab;
+  double total = 0.0;  // the vocabulary's mass: what top-p measures without a top-k
+  if (!has_k) {
+    alignas(64) float e[kSampleBlock];
+    for (int64_t begin = 0; begin < vocab; begin += kSampleBlock)
+      total += sample_block(row, begin, std::min(vocab, begin + kSampleBlock), max, inv_t,
+                            0.0f, e);
+  }
+  float floor = 1.0f / 1024;
+  for (;;) {
+    kept.clear();
+    const double mass = collect_candidates(row, vocab, max, inv_t, floor, kept);
+    const bool enough = has_k ? static_cast<int64_t>(kept.size()) >= top_k
+                              : mass >= top_p * total;
+    if (enough || floor == 0.0f) break;
+    floor = floor < 1e-30f ? 0.0f : floor / 1024;
+  }
+  if (kept.empty()) return 0;  // no mass (NaN logits): nothing to draw from
+  std::sort(kept.begin(), kept.end(), [](const SampleCandidate& a, const SampleCandidate& b) {
+    return a.e > b.e || (a.e == b.e && a.index < b.index);
+  });
+  double norm = total;
+  if (has_k) {
+    kept.resize(std::min<size_t>(kept.size(), static_cast<size_t>(top_k)));
+    norm = 0.0;
+    for (const auto& c : kept) norm += c.e;
+  }
+  if (top_p < 1.0) {
+    size_t n = 0;
+    for (double above = 0.0; n < kept.size() && above < top_p * norm; ++n) above += kept[n].e;
+    kept.resize(n);
+  }
+  while (kept.size() > 1 && kept.back().e < min_p) kept.pop_back();  // the first has e = 1
+  double sum = 0.0;
+  for (const auto& c : kept) sum += c.e;
+  const double target = u * sum;
+  double run = 0.0;
+  for (const auto& c : kept) {
+    run += c.e;
+    if (run > target) return c.index;
+  }
+  return kept.back().index;  // rounding past the end
 }
 
 }  // namespace specdec_kernels

@@ -67,6 +67,8 @@ struct Vec16 {
   }
   float sum() const { return _mm512_reduce_add_ps(v); }
   float max() const { return _mm512_reduce_max_ps(v); }
+  // Bit i set where lane i >= o's lane i.
+  uint32_t mask_ge(Vec16 o) const { return _mm512_cmp_ps_mask(v, o.v, _CMP_GE_OQ); }
   // Lanes outside [lo, hi) become fill.
   Vec16 keep_range(int64_t lo, int64_t hi, float fill) const {
     const uint32_t below_hi = hi >= 16 ? 0xFFFFu : (1u << hi) - 1;
@@ -143,6 +145,11 @@ struct Vec16 {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
   }
   float sum() const { return sum8(_mm256_add_ps(lo, hi)); }
+  uint32_t mask_ge(Vec16 o) const {
+    const uint32_t l = _mm256_movemask_ps(_mm256_cmp_ps(lo, o.lo, _CMP_GE_OQ));
+    const uint32_t h = _mm256_movemask_ps(_mm256_cmp_ps(hi, o.hi, _CMP_GE_OQ));
+    return l | (h << 8);
+  }
   float max() const {
     const __m256 m = _mm256_max_ps(lo, hi);
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
@@ -209,6 +216,9 @@ struct Vec16 {
   }
   float sum() const { float s = 0.f; for (float e : v) s += e; return s; }
   float max() const { float m = v[0]; for (float e : v) m = std::max(m, e); return m; }
+  uint32_t mask_ge(Vec16 o) const {
+    uint32_t m = 0; for (int i = 0; i < 16; ++i) m |= uint32_t(v[i] >= o.v[i]) << i; return m;
+  }
   Vec16 keep_range(int64_t lo, int64_t hi, float fill) const {
     Vec16 r = *this;
     for (int64_t i = 0; i < 16; ++i) if (i < lo || i >= hi) r.v[i] = fill;

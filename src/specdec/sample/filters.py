@@ -38,30 +38,42 @@ class Candidates:
 def sample_tokens(logits: torch.Tensor, params: list,
                   generators: Sequence[torch.Generator], kernels=None) -> torch.Tensor:
     """One token per row of ``[R, V]`` logits, drawn from its processed distribution
-    with its generator. Rows without top-k / top-p take the fused kernels' draw where
-    they apply (``kernels/sample_rows.h``: one pass for the maximum, one for the sums)."""
+    with its generator: by the fused kernels where they apply (``kernels/sample_rows.h``),
+    else by torch, the same rules."""
     vocab = logits.shape[-1]
     filtered = [i for i, p in enumerate(params) if _has_filter(p, vocab)]
     plain = sorted(set(range(len(params))) - set(filtered))
     if not filtered:
         return _sample_plain(logits, params, generators, kernels)
+    if not plain:
+        return _sample_filtered(logits, params, generators, kernels)
     tokens = torch.empty(len(params), dtype=torch.long)
     if plain:
         tokens[plain] = _sample_plain(logits[plain], [params[i] for i in plain],
                                       [generators[i] for i in plain], kernels)
-    sub = [params[i] for i in filtered]
-    kept = candidates(_scaled(logits[filtered], sub), sub)
-    local = categorical.sample_rows(_min_p(torch.softmax(kept.logits, -1), sub),
-                                    [generators[i] for i in filtered])
-    tokens[filtered] = kept.index.gather(1, local.unsqueeze(1)).squeeze(1)
+    tokens[filtered] = _sample_filtered(logits[filtered], [params[i] for i in filtered],
+                                        [generators[i] for i in filtered], kernels)
     return tokens
+
+
+def _sample_filtered(logits: torch.Tensor, params: list, generators, kernels) -> torch.Tensor:
+    """Rows with top-k or top-p: drawn among their candidates."""
+    inv_temp = torch.tensor([1.0 / p.temperature for p in params], dtype=torch.float32)
+    if _fusable(logits, inv_temp, kernels):
+        return kernels.sample_filtered_rows(
+            logits, inv_temp, torch.tensor([p.top_k for p in params], dtype=torch.long),
+            torch.tensor([p.top_p for p in params], dtype=torch.float64),
+            torch.tensor([p.min_p for p in params], dtype=torch.float32),
+            categorical.uniforms(generators))
+    kept = candidates(_scaled(logits, params), params)
+    local = categorical.sample_rows(_min_p(torch.softmax(kept.logits, -1), params), generators)
+    return kept.index.gather(1, local.unsqueeze(1)).squeeze(1)
 
 
 def _sample_plain(logits: torch.Tensor, params: list, generators, kernels) -> torch.Tensor:
     """Rows with temperature and min-p only."""
     inv_temp = torch.tensor([1.0 / p.temperature for p in params], dtype=torch.float32)
-    if (kernels is not None and logits.dtype == torch.float32 and logits.is_contiguous()
-            and bool(torch.isfinite(inv_temp).all())):
+    if _fusable(logits, inv_temp, kernels):
         min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32)
         return kernels.sample_rows(logits, inv_temp, min_p, categorical.uniforms(generators))
     probs = _min_p(torch.softmax(_scaled(logits, params), -1), params)
@@ -127,6 +139,12 @@ def candidates(logits: torch.Tensor, params: list) -> Candidates:
         out_logits[done, : kept.shape[1]] = kept
         out_index[done, : index.shape[1]] = index
     return Candidates(out_logits, out_index)
+
+
+def _fusable(logits: torch.Tensor, inv_temp: torch.Tensor, kernels) -> bool:
+    """Whether the fused kernels draw these rows (float32 rows, finite 1 / temperature)."""
+    return (kernels is not None and logits.dtype == torch.float32 and logits.is_contiguous()
+            and bool(torch.isfinite(inv_temp).all()))
 
 
 def _scaled(logits: torch.Tensor, params: list) -> torch.Tensor:
