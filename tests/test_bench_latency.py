@@ -1,4 +1,4 @@
-"""``specdec bench latency``: its long-prompt workload and the KV bytes in its floor."""
+"""`specdec bench latency` and `bench throughput`: workloads, floors, sampled runs."""
 
 from __future__ import annotations
 
@@ -45,10 +45,27 @@ def test_bench_latency_sampled_with_speculation_and_hf(tiny_model_dir, capsys):
     args = build_parser().parse_args(
         ["bench", "latency", "--model", str(tiny_model_dir), "--dtype", "float32",
          "--num-prompts", "1", "--max-tokens", "6", "--ignore-eos", "--temperature", "0.8",
+         "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05",
          "--speculative-method", "ngram", "--skip-llamacpp"]
     )
     result = latency.main(args)
     out = capsys.readouterr().out
-    assert "sampled at temperature 0.8" in out
+    assert "sampled: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05" in out
     assert result["spec_identical"] is None and "greedy outputs identical" not in out
     assert result["hf_itl_ms"] > 0 and result["itl_ms"] > 0
+
+
+def test_bench_throughput_sampled_against_hf(tiny_model_dir, capsys):
+    from specdec.bench import throughput
+
+    args = build_parser().parse_args(
+        ["bench", "throughput", "--model", str(tiny_model_dir), "--dtype", "float32",
+         "--num-prompts", "3", "--max-tokens", "5", "--ignore-eos", "--hf-batch-size", "3",
+         "--temperature", "0.7", "--top-p", "0.9"]
+    )
+    result = throughput.main(args)
+    out = capsys.readouterr().out
+    assert "sampled: temperature 0.7, top-p 0.9" in out
+    assert result["specdec_tokens"] == 15 and result["hf_tokens"] == 15
+    assert result["identical"] is None and "identical outputs" not in out
+    assert "solo_identical" not in result  # greedy-only check

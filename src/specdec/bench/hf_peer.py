@@ -14,9 +14,11 @@ def load_hf_model(model_dir, dtype: torch.dtype):
 
 
 def hf_generate(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_ids, pad_id: int,
-                batch_size: int, ignore_eos: bool = False) -> tuple[float, list[list[int]]]:
-    """Greedy, left-padded batches. Returns (seconds, generated ids per prompt up to EOS;
-    with ``ignore_eos`` all ``max_new_tokens`` of each)."""
+                batch_size: int, ignore_eos: bool = False,
+                sampling: dict | None = None) -> tuple[float, list[list[int]]]:
+    """Left-padded batches, greedy unless ``sampling`` (``generate`` keywords) says
+    otherwise. Returns (seconds, generated ids per prompt up to EOS; with
+    ``ignore_eos`` all ``max_new_tokens`` of each)."""
     fixed = {"min_new_tokens": max_new_tokens} if ignore_eos else {}
     outputs: list[list[int]] = []
     start = time.perf_counter()
@@ -31,7 +33,8 @@ def hf_generate(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_ids
         with torch.inference_mode():
             out = model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                do_sample=False, eos_token_id=list(eos_ids), pad_token_id=pad_id, **fixed,
+                eos_token_id=list(eos_ids), pad_token_id=pad_id, **fixed,
+                **(sampling or {"do_sample": False}),
             )
         for row in out[:, width:].tolist():
             gen = []

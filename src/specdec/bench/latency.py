@@ -14,6 +14,14 @@ import time
 
 import torch
 
+from specdec.bench.sampling import (
+    add_sampling_arguments,
+    hf_sampling,
+    is_sampled,
+    llamacpp_sampling,
+    sampling_params,
+    sampling_summary,
+)
 from specdec.bench.settle import settled
 from specdec.bench.workload import chat_prompt_ids, extraction_prompts, random_prompt_ids
 
@@ -26,10 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts of this many random tokens instead of the extraction "
                              "prompts (TTFT of long prompts)")
     parser.add_argument("--ignore-eos", action="store_true")
-    parser.add_argument("--temperature", type=float, default=0.0,
-                        help="sample at this temperature (no top-k/top-p, seeded) in specdec "
-                             "and its peers; 0 is greedy")
     parser.add_argument("--skip-hf", action="store_true")
+    add_sampling_arguments(parser)
     parser.add_argument("--skip-llamacpp", action="store_true",
                         help="skip llama.cpp (run when llama-cpp-python is installed)")
     from specdec.cli.options import add_constraint_arguments
@@ -122,7 +128,7 @@ def measure(llm, prompts: list[list[int]], params, repeats: int, options=None) -
 
 
 def main(args: argparse.Namespace) -> dict:
-    from specdec import LLM, SamplingParams, isa
+    from specdec import LLM, isa
     from specdec.cli.options import constraint_options, engine_kwargs
     from specdec.core.model_runner import ModelRunner
     from specdec.model.weight_info import streamed_weight_bytes
@@ -135,9 +141,8 @@ def main(args: argparse.Namespace) -> dict:
         prompts = random_prompt_ids(len(llm.tokenizer), args.input_len, args.num_prompts)
     else:
         prompts = chat_prompt_ids(llm.tokenizer, extraction_prompts())[: args.num_prompts]
-    sampled = args.temperature > 0  # outputs of different runs are then not compared
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                            seed=0 if sampled else None, ignore_eos=args.ignore_eos)
+    sampled = is_sampled(args)  # outputs of different runs are then not compared
+    params = sampling_params(args, args.max_tokens, args.ignore_eos)
     options = constraint_options(args)
     # Other tenants move this host's bandwidth between runs (40-73 GB/s seen): sample it
     # around the measured run and take the median, printing the spread.
@@ -163,7 +168,7 @@ def main(args: argparse.Namespace) -> dict:
               "bytes_floor_ms": 1e3 * weight_bytes / bandwidth,
               "core_round_trip_ns": round_trips}
     print(f"specdec ({dtype}, {len(prompts)} prompts one at a time"
-          f"{f', sampled at temperature {args.temperature}' if sampled else ''}"
+          f"{f', sampled: {sampling_summary(args)}' if sampled else ''}"
           f"{f' of {args.input_len} random tokens' if args.input_len > 0 else ''}, "
           f"max {args.max_tokens} new"
           f"{', constrained by ' + str(options) if options else ''}): "
@@ -231,7 +236,7 @@ def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
     if path is None:
         return {"status": "not a GGUF model"}
     peer = llamacpp_latency(path, prompts, args.max_tokens, torch.get_num_threads(),
-                            args.ignore_eos, args.repeats, args.temperature)
+                            args.ignore_eos, args.repeats, llamacpp_sampling(args))
     if peer["status"] != "ok":
         print(f"llama.cpp: {peer['status']}")
         return peer
@@ -260,8 +265,7 @@ def _hf_latency(kwargs, prompt: list[int], args) -> dict:
     model = load_hf_model(resolve_model_dir(kwargs["model"]), resolve_dtype(kwargs["dtype"]))
     ids = torch.tensor([prompt])
 
-    sampling = ({"do_sample": True, "temperature": args.temperature, "top_k": 0, "top_p": 1.0}
-                if args.temperature > 0 else {"do_sample": False})
+    sampling = hf_sampling(args)
 
     def run(n: int) -> float:
         start = time.perf_counter()

@@ -1,8 +1,8 @@
 """The CPU peer: llama.cpp (``llama-cpp-python``) on the same GGUF file, prompts and threads.
 
 Installed for benchmarks only (it builds from source, ~8 min on 2 cores):
-``pip install llama-cpp-python``. Each prompt runs alone, greedy or sampled at a
-temperature with no other filter; TTFT is the time to the
+``pip install llama-cpp-python``. Each prompt runs alone, greedy or sampled with
+specdec's settings; TTFT is the time to the
 first generated token, ITL the mean time per token after it, as for specdec.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def llamacpp_latency(path: Path, prompts: list[list[int]], max_tokens: int, threads: int,
-                     ignore_eos: bool, repeats: int = 1, temperature: float = 0.0) -> dict:
+                     ignore_eos: bool, repeats: int = 1, sampling: dict | None = None) -> dict:
     """TTFT / ITL of llama.cpp; ``{"status": ...}`` alone when it is not installed."""
     try:
         from llama_cpp import Llama
@@ -26,16 +26,14 @@ def llamacpp_latency(path: Path, prompts: list[list[int]], max_tokens: int, thre
     llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, verbose=False)
     eos = llm.token_eos()
-    # llama.cpp's own filters (top-k 40, top-p 0.95, min-p 0.05) off, as in specdec's run
-    sampling = (dict(temp=temperature, top_k=0, top_p=1.0, min_p=0.0) if temperature > 0
-                else dict(temp=0.0, top_k=1))
+    options = sampling or {"temp": 0.0, "top_k": 1}  # Llama.generate's keywords; greedy
     outputs: list[list[int]] = []
 
     def run(prompt: list[int]) -> tuple[float, float, int]:
         start = time.perf_counter()
         first = None
         tokens: list[int] = []
-        for token in llm.generate(prompt, reset=True, **sampling):
+        for token in llm.generate(prompt, reset=True, **options):
             if first is None:
                 first = time.perf_counter()
             if token == eos and not ignore_eos:

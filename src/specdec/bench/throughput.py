@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 
+from specdec.bench.sampling import (
+    add_sampling_arguments,
+    hf_sampling,
+    is_sampled,
+    sampling_params,
+    sampling_summary,
+)
 from specdec.bench.settle import settled
 from specdec.bench.workload import chat_prompt_ids, extraction_prompts
 
@@ -19,10 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--solo-check", type=int, default=8, metavar="N",
                         help="rerun the first N prompts one at a time: are specdec's greedy "
                              "outputs the same alone as in the batch? (0: skip)")
+    add_sampling_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> dict:
-    from specdec import LLM, SamplingParams, isa
+    from specdec import LLM, isa
     from specdec.bench.hf_peer import hf_generate, load_hf_model
     from specdec.cli.options import engine_kwargs
 
@@ -32,8 +40,8 @@ def main(args: argparse.Namespace) -> dict:
     print(f"engine: {isa.engine_summary(llm.stats())}")
     tok = llm.tokenizer
     prompts = chat_prompt_ids(tok, extraction_prompts(args.num_prompts))
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0,
-                            ignore_eos=args.ignore_eos)
+    params = sampling_params(args, args.max_tokens, args.ignore_eos)
+    sampled = is_sampled(args)  # outputs are then not compared
     sd_time, outs = _timed_run(llm, prompts, params)
     sd_tokens = sum(len(o.token_ids) for o in outs)
     result = {
@@ -46,8 +54,9 @@ def main(args: argparse.Namespace) -> dict:
         "specdec_steps": llm.stats()["steps"],
     }
     print(f"specdec: {sd_tokens} tokens in {sd_time:.2f} s = {sd_tokens / sd_time:.1f} tok/s "
-          f"({result['dtype']}, {len(prompts)} prompts)")
-    if args.solo_check:
+          f"({result['dtype']}, {len(prompts)} prompts"
+          f"{f', sampled: {sampling_summary(args)}' if sampled else ''})")
+    if args.solo_check and not sampled:
         solo = [llm.generate([p], params, use_tqdm=False)[0].token_ids
                 for p in prompts[: args.solo_check]]
         result["solo_identical"] = sum(
@@ -75,14 +84,16 @@ def main(args: argparse.Namespace) -> dict:
         eos = set(llm.engine.eos_token_ids)
         hf_generate(model, prompts[:2], 4, eos, pad, 2)  # warm-up
         hf_time, hf_outs = hf_generate(model, prompts, args.max_tokens, eos, pad,
-                                          args.hf_batch_size, args.ignore_eos)
+                                          args.hf_batch_size, args.ignore_eos, hf_sampling(args))
         hf_tokens = sum(len(o) for o in hf_outs)
-        same = sum(a.token_ids == b for a, b in zip(outs, hf_outs, strict=True))
+        same = None if sampled else sum(
+            a.token_ids == b for a, b in zip(outs, hf_outs, strict=True))
         result.update(hf_s=hf_time, hf_tokens=hf_tokens, hf_tok_s=hf_tokens / hf_time,
                       ratio=(sd_tokens / sd_time) / (hf_tokens / hf_time), identical=same)
         print(f"HF generate (batch {args.hf_batch_size}, left-padded): {hf_tokens} tokens in "
               f"{hf_time:.2f} s = {hf_tokens / hf_time:.1f} tok/s")
-        print(f"ratio specdec / HF: {result['ratio']:.2f}x   identical outputs: {same}/{len(outs)}")
+        print(f"ratio specdec / HF: {result['ratio']:.2f}x"
+              + ("" if sampled else f"   identical outputs: {same}/{len(outs)}"))
     return result
 
 
