@@ -11,7 +11,9 @@ more while a row's nucleus is wider. Min-p then drops the kept tokens less likel
 
 :func:`sample_tokens` draws from the candidates; :func:`processed_probs` spreads the
 same distribution over the vocabulary, for rows whose draws are compared with a draft's
-(rejection sampling needs both distributions whole).
+(rejection sampling needs both distributions whole). With the fused kernels, float32 rows
+are drawn by ``kernels/sample_rows.h`` instead, by the same rules (its ``exp`` differs
+from torch's by ~1 ulp).
 """
 
 from __future__ import annotations
@@ -48,9 +50,8 @@ def sample_tokens(logits: torch.Tensor, params: list,
     if not plain:
         return _sample_filtered(logits, params, generators, kernels)
     tokens = torch.empty(len(params), dtype=torch.long)
-    if plain:
-        tokens[plain] = _sample_plain(logits[plain], [params[i] for i in plain],
-                                      [generators[i] for i in plain], kernels)
+    tokens[plain] = _sample_plain(logits[plain], [params[i] for i in plain],
+                                  [generators[i] for i in plain], kernels)
     tokens[filtered] = _sample_filtered(logits[filtered], [params[i] for i in filtered],
                                         [generators[i] for i in filtered], kernels)
     return tokens
