@@ -86,8 +86,6 @@ def test_filtered_draws_share_the_grid_as_the_filters_say(params, scale):
     logits = torch.randn(1, vocab, generator=torch.Generator().manual_seed(5)) * scale
     logits[0, ::11] = -torch.inf
     tokens = filtered_grid(logits, params)
-    ranked = logits[0, tokens]  # the candidates are walked from the most likely down
-    assert bool((ranked[1:] <= ranked[:-1]).all())
     want = processed_probs(logits, [params])[0].double()
     share = torch.bincount(tokens, minlength=vocab).double() / GRID
     assert bool((share[want == 0] == 0).all())  # outside the filters: never drawn

@@ -14,12 +14,13 @@
 // One thread a row; ~3 reads of a 49 152-token row from L2, ~30 µs.
 //
 // With top-k / top-p (sample_filtered_row) the kept tokens are found without sorting the
-// row: the tokens with e_i >= floor are collected (floor = 2^-10 first, 2^-10 times
+// row: the tokens with e_i >= floor are collected (floor = 2^-10 first, 16 times
 // lower while they hold fewer than k tokens, or less than p of the vocabulary's mass:
-// every kept token is among them, as each ranks above all the others), sorted, cut to
-// the top-k, then to the top-p nucleus (a token kept while the mass ranked above it is
-// below p of the top-k's or vocabulary's mass, in float64), then to min-p; the draw is
-// an inverse CDF over what is left. The same rules as specdec.sample.filters.
+// every kept token is among them, as each ranks above all the others), cut to the top-k
+// and then the top-p nucleus (a token kept while the mass ranked above it is below p of
+// the top-k's or vocabulary's mass, in float64) by selection, not sorting, then to
+// min-p; the draw is an inverse CDF over what is left, in the order selection left it.
+// The same rules as specdec.sample.filters.
 
 #pragma once
 
@@ -147,6 +148,35 @@ inline double collect_candidates(const float* row, int64_t vocab, float max, flo
   return mass;
 }
 
+// The rank order: more likely first, the lower index first among equals.
+inline bool ranks_above(const SampleCandidate& a, const SampleCandidate& b) {
+  return a.e > b.e || (a.e == b.e && a.index < b.index);
+}
+
+// Moves the top-p nucleus of `kept` (the tokens whose mass ranked above them is below
+// `target`) to its front, in no particular order, and returns its size: a weighted
+// selection (nth_element on halves), O(n), where sorting a flat row's tens of thousands
+// of candidates took milliseconds.
+inline size_t nucleus_size(std::vector<SampleCandidate>& kept, double target) {
+  size_t lo = 0, hi = kept.size();  // [0, lo): in the nucleus, with mass `above`
+  double above = 0.0;
+  while (hi - lo > 32) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(kept.begin() + lo, kept.begin() + mid, kept.begin() + hi, ranks_above);
+    double mass = 0.0;  // of [lo, mid): all rank above kept[mid]
+    for (size_t i = lo; i < mid; ++i) mass += kept[i].e;
+    if (above + mass < target) {  // kept[mid] is in, and so is all above it
+      above += mass + kept[mid].e;
+      lo = mid + 1;
+    } else {  // kept[mid] is out, and so is all below it
+      hi = mid;
+    }
+  }
+  std::sort(kept.begin() + lo, kept.begin() + hi, ranks_above);
+  while (lo < hi && above < target) above += kept[lo++].e;
+  return lo;
+}
+
 // The token drawn for one row with top_k (<= 0: none) and top_p (>= 1: none).
 inline int64_t sample_filtered_row(const float* row, int64_t vocab, float inv_t,
                                    int64_t top_k, double top_p, float min_p, double u,
@@ -167,24 +197,24 @@ inline int64_t sample_filtered_row(const float* row, int64_t vocab, float inv_t,
     const bool enough = has_k ? static_cast<int64_t>(kept.size()) >= top_k
                               : mass >= top_p * total;
     if (enough || floor == 0.0f) break;
-    floor = floor < 1e-30f ? 0.0f : floor / 1024;
+    floor = floor < 1e-30f ? 0.0f : floor / 16;  // few more candidates a pass
   }
   if (kept.empty()) return 0;  // no mass (NaN logits): nothing to draw from
-  std::sort(kept.begin(), kept.end(), [](const SampleCandidate& a, const SampleCandidate& b) {
-    return a.e > b.e || (a.e == b.e && a.index < b.index);
-  });
   double norm = total;
   if (has_k) {
-    kept.resize(std::min<size_t>(kept.size(), static_cast<size_t>(top_k)));
+    if (static_cast<int64_t>(kept.size()) > top_k) {
+      std::nth_element(kept.begin(), kept.begin() + top_k, kept.end(), ranks_above);
+      kept.resize(top_k);
+    }
     norm = 0.0;
     for (const auto& c : kept) norm += c.e;
   }
-  if (top_p < 1.0) {
-    size_t n = 0;
-    for (double above = 0.0; n < kept.size() && above < top_p * norm; ++n) above += kept[n].e;
-    kept.resize(n);
-  }
-  while (kept.size() > 1 && kept.back().e < min_p) kept.pop_back();  // the first has e = 1
+  if (top_p < 1.0) kept.resize(nucleus_size(kept, top_p * norm));
+  // min-p: the most likely token has e = 1 and stays
+  kept.erase(std::remove_if(kept.begin(), kept.end(),
+                            [min_p](const SampleCandidate& c) { return c.e < min_p; }),
+             kept.end());
+  if (kept.empty()) return 0;  // not reached for valid settings (top_p > 0, min_p <= 1)
   double sum = 0.0;
   for (const auto& c : kept) sum += c.e;
   const double target = u * sum;
