@@ -13,7 +13,7 @@ from specdec.sample.filters import processed_probs
 K = kernels.load()
 pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
 
-GRID = 200_000
+GRID = 50_000  # rows of GRID x vocab floats: ~400 MB at the widest case
 
 
 def draws_on_a_grid(logits: torch.Tensor, temperature: float, min_p: float) -> torch.Tensor:
@@ -25,7 +25,7 @@ def draws_on_a_grid(logits: torch.Tensor, temperature: float, min_p: float) -> t
     return K.sample_rows(rows, inv_t, floor, u)
 
 
-@pytest.mark.parametrize("vocab", [5, 1000, 3001, 4096 + 7])  # tails: < 16, blocks, both
+@pytest.mark.parametrize("vocab", [5, 1000, 2048 + 7])  # tails: < 16, one block, several
 @pytest.mark.parametrize("temperature,min_p", [(1.0, 0.0), (0.6, 0.0), (1.7, 0.05)])
 def test_each_tokens_share_of_the_grid_is_its_probability(vocab, temperature, min_p):
     g = torch.Generator().manual_seed(vocab)
