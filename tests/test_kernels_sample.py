@@ -90,3 +90,19 @@ def test_filtered_draws_share_the_grid_as_the_filters_say(params, scale):
     share = torch.bincount(tokens, minlength=vocab).double() / GRID
     assert bool((share[want == 0] == 0).all())  # outside the filters: never drawn
     assert float((share - want).abs().max()) < 2.0 / GRID + 1e-5
+
+
+def test_the_same_draws_at_every_isa_level():
+    # Vec16's exp is the same polynomial on AVX-512 and AVX2, and the sums run lane by
+    # lane in the same order: a seed draws the same tokens from the same logits on any
+    # x86 CPU. (This file runs at each level the CPU has: tests/test_isa_levels.py.)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(8, 4099, generator=g) * 3
+    u = torch.rand(8, generator=g, dtype=torch.float64)
+    inv_t = torch.rand(8, generator=g) + 0.5
+    plain = K.sample_rows(logits, inv_t, torch.zeros(8), u)
+    filtered = K.sample_filtered_rows(logits, inv_t, torch.full((8,), 40, dtype=torch.long),
+                                      torch.full((8,), 0.9, dtype=torch.float64),
+                                      torch.full((8,), 0.02), u)
+    assert plain.tolist() == [3479, 3240, 736, 1984, 2112, 2108, 3998, 3744]
+    assert filtered.tolist() == [1862, 2625, 736, 2568, 847, 2340, 1059, 3791]
