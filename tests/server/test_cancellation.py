@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
+import pytest
 
 from tests.server.conftest import AUTH, MODEL_NAME, aborted_count, wait_until_idle
 
 
-def test_closing_a_stream_aborts_the_request(client, server):
+@pytest.fixture()
+def slow_steps(server, monkeypatch):
+    """Each engine step 5 ms longer: the requests below outlive their clients on any
+    machine, however fast its steps."""
+    step = server.engine.step
+
+    def slow_step():
+        time.sleep(0.005)
+        return step()
+
+    monkeypatch.setattr(server.engine, "step", slow_step)
+
+
+def test_closing_a_stream_aborts_the_request(client, server, slow_steps):
     before = aborted_count(server)
     stream = client.completions.create(model=MODEL_NAME, prompt="Tell me a long story",
                                        max_tokens=400, temperature=0, stream=True,
@@ -25,7 +41,7 @@ def test_closing_a_stream_aborts_the_request(client, server):
     assert aborted_count(server) == before + 1
 
 
-def test_non_streaming_client_timeout_aborts_the_request(server):
+def test_non_streaming_client_timeout_aborts_the_request(server, slow_steps):
     body = {"model": MODEL_NAME, "prompt": "Tell me a long story", "max_tokens": 480,
             "ignore_eos": True}
     before = aborted_count(server)
