@@ -106,3 +106,17 @@ def test_the_same_draws_at_every_isa_level():
                                       torch.full((8,), 0.02), u)
     assert plain.tolist() == [3479, 3240, 736, 1984, 2112, 2108, 3998, 3744]
     assert filtered.tolist() == [1862, 2625, 736, 2568, 847, 2340, 1059, 3791]
+
+
+def test_arguments_of_the_wrong_dtype_or_length_are_refused():
+    logits = torch.zeros(2, 50)
+    ok = dict(inv_temp=torch.ones(2), min_p=torch.zeros(2),
+              uniforms=torch.zeros(2, dtype=torch.float64))
+    assert K.sample_rows(logits, *ok.values()).tolist() == [0, 0]
+    with pytest.raises(RuntimeError, match="where Double is expected"):
+        K.sample_rows(logits, ok["inv_temp"], ok["min_p"], torch.zeros(2))
+    with pytest.raises(RuntimeError, match="one value a row"):
+        K.sample_filtered_rows(logits, torch.ones(3), torch.zeros(2, dtype=torch.long),
+                               torch.ones(2, dtype=torch.float64), ok["min_p"], ok["uniforms"])
+    with pytest.raises(RuntimeError, match="float32 \\[rows, vocab\\]"):
+        K.sample_rows(logits.double(), *ok.values())

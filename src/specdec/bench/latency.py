@@ -168,9 +168,9 @@ def main(args: argparse.Namespace) -> dict:
               "bytes_floor_ms": 1e3 * weight_bytes / bandwidth,
               "core_round_trip_ns": round_trips}
     print(f"specdec ({dtype}, {len(prompts)} prompts one at a time"
-          f"{f', sampled: {sampling_summary(args)}' if sampled else ''}"
           f"{f' of {args.input_len} random tokens' if args.input_len > 0 else ''}, "
           f"max {args.max_tokens} new"
+          f"{f', sampled: {sampling_summary(args)}' if sampled else ''}"
           f"{', constrained by ' + str(options) if options else ''}): "
           f"TTFT {base['ttft_ms']:.1f} ms, mean ITL {base['itl_ms']:.2f} ms "
           f"({base['tok_s']:.1f} tok/s)")
@@ -242,7 +242,7 @@ def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
         return peer
     outputs = peer.pop("outputs")
     same = None
-    if args.temperature == 0:
+    if not is_sampled(args):
         same = sum(a[: len(b)] == b[: len(a)]
                    for a, b in zip(base["outputs"], outputs, strict=True))
     peer.update(speedup=peer["itl_ms"] / result["itl_ms"],

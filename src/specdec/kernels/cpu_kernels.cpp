@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attention_amx.h"
@@ -416,19 +417,30 @@ at::Tensor argmax_rows(const at::Tensor& logits) {
   return out;
 }
 
-at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
-                       const at::Tensor& min_p, const at::Tensor& uniforms) {
+// The checks both draws share: float32 [rows, vocab] logits, and one value a row of each
+// per-row argument, contiguous, in its dtype. Returns the number of rows.
+int64_t check_sample_arguments(
+    const char* what, const at::Tensor& logits,
+    std::initializer_list<std::pair<const at::Tensor*, at::ScalarType>> per_row) {
   check_cpu_contiguous(logits, "logits");
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
-              "sample_rows: float32 [rows, vocab]");
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  for (const auto* t : {&inv_temp, &min_p, &uniforms}) {
-    check_cpu_contiguous(*t, "sample_rows argument");
-    TORCH_CHECK(t->dim() == 1 && t->size(0) == rows, "sample_rows: one value a row");
+              what, ": float32 [rows, vocab] logits");
+  const int64_t rows = logits.size(0);
+  for (const auto& [t, dtype] : per_row) {
+    check_cpu_contiguous(*t, what);
+    TORCH_CHECK(t->dim() == 1 && t->size(0) == rows, what, ": one value a row");
+    TORCH_CHECK(t->scalar_type() == dtype, what, ": a per-row argument of ",
+                t->scalar_type(), " where ", dtype, " is expected");
   }
-  TORCH_CHECK(inv_temp.scalar_type() == at::kFloat && min_p.scalar_type() == at::kFloat &&
-              uniforms.scalar_type() == at::kDouble,
-              "sample_rows: float32 inv_temp and min_p, float64 uniforms");
+  return rows;
+}
+
+at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
+                       const at::Tensor& min_p, const at::Tensor& uniforms) {
+  const int64_t rows = check_sample_arguments(
+      "sample_rows", logits,
+      {{&inv_temp, at::kFloat}, {&min_p, at::kFloat}, {&uniforms, at::kDouble}});
+  const int64_t vocab = logits.size(1);
   auto out = at::empty({rows}, logits.options().dtype(at::kLong));
   const float* data = logits.data_ptr<float>();
   const float* it = inv_temp.data_ptr<float>();
@@ -445,19 +457,11 @@ at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
 at::Tensor sample_filtered_rows(const at::Tensor& logits, const at::Tensor& inv_temp,
                                 const at::Tensor& top_k, const at::Tensor& top_p,
                                 const at::Tensor& min_p, const at::Tensor& uniforms) {
-  check_cpu_contiguous(logits, "logits");
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
-              "sample_filtered_rows: float32 [rows, vocab]");
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
-  for (const auto* t : {&inv_temp, &top_k, &top_p, &min_p, &uniforms}) {
-    check_cpu_contiguous(*t, "sample_filtered_rows argument");
-    TORCH_CHECK(t->dim() == 1 && t->size(0) == rows, "sample_filtered_rows: one value a row");
-  }
-  TORCH_CHECK(inv_temp.scalar_type() == at::kFloat && top_k.scalar_type() == at::kLong &&
-              top_p.scalar_type() == at::kDouble && min_p.scalar_type() == at::kFloat &&
-              uniforms.scalar_type() == at::kDouble,
-              "sample_filtered_rows: float32 inv_temp and min_p, int64 top_k, float64 top_p "
-              "and uniforms");
+  const int64_t rows = check_sample_arguments(
+      "sample_filtered_rows", logits,
+      {{&inv_temp, at::kFloat}, {&top_k, at::kLong}, {&top_p, at::kDouble},
+       {&min_p, at::kFloat}, {&uniforms, at::kDouble}});
+  const int64_t vocab = logits.size(1);
   auto out = at::empty({rows}, logits.options().dtype(at::kLong));
   const float* data = logits.data_ptr<float>();
   const float* it = inv_temp.data_ptr<float>();

@@ -75,20 +75,29 @@ inline float row_max(const float* row, int64_t vocab) {
   return max;
 }
 
+// Each block's mass into sums (pass 2); returns the row's.
+inline double block_sums(const float* row, int64_t vocab, float max, float inv_t,
+                         float min_p, std::vector<double>& sums) {
+  alignas(64) float e[kSampleBlock];
+  sums.assign((vocab + kSampleBlock - 1) / kSampleBlock, 0.0);
+  double total = 0.0;
+  for (size_t b = 0; b < sums.size(); ++b) {
+    const int64_t begin = static_cast<int64_t>(b) * kSampleBlock;
+    sums[b] = sample_block(row, begin, std::min(vocab, begin + kSampleBlock), max, inv_t,
+                           min_p, e);
+    total += sums[b];
+  }
+  return total;
+}
+
 // The token drawn for one row with uniform u in [0, 1).
 inline int64_t sample_row(const float* row, int64_t vocab, float inv_t, float min_p,
                           double u) {
   const float max = row_max(row, vocab);
-  const int64_t blocks = (vocab + kSampleBlock - 1) / kSampleBlock;
-  std::vector<double> sums(blocks);
+  std::vector<double> sums;
+  double left = u * block_sums(row, vocab, max, inv_t, min_p, sums);
+  const int64_t blocks = static_cast<int64_t>(sums.size());
   alignas(64) float e[kSampleBlock];
-  double total = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kSampleBlock, end = std::min(vocab, begin + kSampleBlock);
-    sums[b] = sample_block(row, begin, end, max, inv_t, min_p, e);
-    total += sums[b];
-  }
-  double left = u * total;
   int64_t last = -1;  // the last block with mass: where rounding past the end lands
   for (int64_t b = 0; b < blocks; ++b) {
     if (sums[b] > 0.0) last = b;
@@ -185,10 +194,8 @@ inline int64_t sample_filtered_row(const float* row, int64_t vocab, float inv_t,
   const bool has_k = top_k > 0 && top_k < vocab;
   double total = 0.0;  // the vocabulary's mass: what top-p measures without a top-k
   if (!has_k) {
-    alignas(64) float e[kSampleBlock];
-    for (int64_t begin = 0; begin < vocab; begin += kSampleBlock)
-      total += sample_block(row, begin, std::min(vocab, begin + kSampleBlock), max, inv_t,
-                            0.0f, e);
+    std::vector<double> sums;
+    total = block_sums(row, vocab, max, inv_t, 0.0f, sums);
   }
   float floor = 1.0f / 1024;
   for (;;) {
