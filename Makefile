@@ -28,12 +28,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
 
 # The peers the benchmarks compare against, never needed by the tests: llguidance and
-# xgrammar (without its CUDA-only triton dependency), llama.cpp (builds from source, ~8 min).
+# xgrammar (without its CUDA-only triton dependency), llama.cpp (builds from source, ~8 min,
+# for this CPU: never from pip's cache, whose wheel may come from another CPU). On CPUs
+# with AMX, llama.cpp's AMX backend dies of SIGILL (tile state not requested per thread,
+# ggml-org/llama.cpp#26954): there it is built for the CPU's other features, named.
+LLAMA_CPP_CMAKE_ARGS := $(shell grep -qw amx_tile /proc/cpuinfo 2>/dev/null && echo \
+  -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+  -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+  -DGGML_AVX_VNNI=ON)
+
 bench-peers: $(STAMP)
 	$(PY) -m pip install -q llguidance
 	$(PY) -m pip install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi
 	$(PY) -m pip install -q --no-deps check-jsonschema  # real-world schemas (SchemaStore)
-	$(PY) -m pip install -q llama-cpp-python
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir llama-cpp-python
 
 bench: $(STAMP)
 	$(VENV)/bin/specdec bench throughput

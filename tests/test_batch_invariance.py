@@ -2,11 +2,12 @@
 and bit-identical log-probabilities alone, in a batch of 16, with its prefill chunked,
 after a prefix-cache hit, and with n-gram speculation verifying drafts.
 
-Three engines: the bundled GGUF model on its quantized projections (whose per-row
+Four engines: the bundled GGUF model on its quantized projections (whose per-row
 arithmetic does not depend on the number of rows), a model whose projections run
 one row at a time, which isolates the rest of the step (attention over the paged
-cache, norms, RoPE, the LM head, sampling), and dense bfloat16 with its default options
-(the fused kernels' batch-invariant projections, where they run). Runs at every ISA
+cache, norms, RoPE, the LM head, sampling), dense bfloat16 with its default options
+(the fused kernels' batch-invariant projections, where they run), and dense bfloat16
+with ``batch_invariant=True`` on AMX tiles. Runs at every ISA
 level the CPU has (``test_isa_levels.py``)."""
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ ENGINES = {
     "gguf": lambda **kw: LLM(quantization="gguf", **kw),
     "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32", **kw)),
     "bf16-invariant": lambda **kw: LLM(quantization="none", dtype="bfloat16", **kw),
+    "bf16-amx-tiles": lambda **kw: LLM(quantization="none", dtype="bfloat16",
+                                       batch_invariant=True, **kw),
 }
 
 
@@ -80,7 +83,9 @@ def test_greedy_output_does_not_depend_on_the_batch(engine, prompts):
     llm = make(enable_prefix_caching=False)
     if engine == "bf16-invariant":  # by default, without batch_invariant=True
         assert llm.stats()["weight_layout"] == "bf16-invariant"
-        assert llm.stats()["batch_invariant"] is True
+    if engine == "bf16-amx-tiles":
+        assert llm.stats()["weight_layout"] == "amx-tiles-invariant"
+    assert llm.stats()["batch_invariant"] is True
     alone = [greedy(llm, [p])[0] for p in prompts[:3]]
     batched = greedy(llm, prompts)[:3]
     assert batched == alone
@@ -134,3 +139,6 @@ def skip_unless_runnable(engine: str) -> None:
         pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
     if engine == "bf16-invariant" and not packed_linear.invariant_available(kernels.load()):
         pytest.skip("no batch-invariant bf16 kernel here (needs AVX-512 without AMX tiles)")
+    if engine == "bf16-amx-tiles" and not (packed_linear.available()
+                                           and kernels.load().has_tile_linear()):
+        pytest.skip("no AMX tiles here")

@@ -267,6 +267,36 @@ def test_packed_model_uses_tiles_and_matches_onednn():
     assert ((short_rows.float() - reference[:7].float()).abs() <= ulp).all()
 
 
+def test_batch_invariant_packing_holds_only_tiles_at_any_row_count():
+    """With batch_invariant on AMX, the projection is the tiles alone: one copy of the
+    weight, and each row's output the same alone as among 1,100 others (past the
+    oneDNN hand-over), through the module and through the kernels' Projection."""
+    from specdec.model import packed_linear
+    from specdec.model.projection import kernel_projection
+
+    if not packed_linear.available() or not K.has_tile_linear():
+        pytest.skip("no oneDNN or AMX here")
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(576, 960, dtype=torch.bfloat16),
+                                torch.nn.Linear(40, 64, dtype=torch.bfloat16))
+    weight, bias = model[0].weight.detach().clone(), model[0].bias.detach().clone()
+    packed_linear.pack_linears(model, 8, K, batch_invariant=True)
+    tiled, odd = model
+    assert type(tiled) is packed_linear.TileLinear and not hasattr(tiled, "packed")
+    assert type(odd) is packed_linear.PackedLinear  # 40 inputs: no tile layout, oneDNN
+    x = torch.randn(K.tile_linear_max_rows() + 600, 576, dtype=torch.bfloat16)
+    weights = kernel_projection(K, tiled)
+    assert weights.kind == "amx_tiles" and weights.weight is None
+    with torch.inference_mode():
+        together = tiled(x)
+        assert torch.equal(K.project(x, weights), together)
+        for row in (0, 17, x.shape[0] - 1):
+            assert torch.equal(tiled(x[row:row + 1]), together[row:row + 1])
+    reference = F.linear(x.float(), weight.float(), bias.float())
+    ulp = reference.abs() * 2**-7 + 1e-2  # one bf16 rounding of a float32 sum
+    assert ((together.float() - reference).abs() <= ulp).all()
+
+
 @pytest.mark.skipif(K is None or not K.has_tile_linear(), reason="no AMX projections here")
 @pytest.mark.parametrize("rows", [3, 64])
 def test_tile_linear_float_output_is_the_rounded_bf16_result(rows):

@@ -4,18 +4,61 @@ Installed for benchmarks only (it builds from source, ~8 min on 2 cores):
 ``pip install llama-cpp-python``. Each prompt runs alone, greedy or sampled with
 specdec's settings; TTFT is the time to the
 first generated token, ITL the mean time per token after it, as for specdec.
+
+It runs in a child process: a llama.cpp built for another CPU (pip caches the wheel it
+built by version, not by CPU, and ggml builds for the native one) dies of an illegal
+instruction, which must cost the benchmark its peer, not its run.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
 import statistics
 import time
 from pathlib import Path
 
+REBUILD = "pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python"
+
 
 def llamacpp_latency(path: Path, prompts: list[list[int]], max_tokens: int, threads: int,
                      ignore_eos: bool, repeats: int = 1, sampling: dict | None = None) -> dict:
-    """TTFT / ITL of llama.cpp; ``{"status": ...}`` alone when it is not installed."""
+    """TTFT / ITL of llama.cpp, measured in a child process; ``{"status": ...}`` alone
+    when it is not installed or the child died."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_measure_into, daemon=True,
+                            args=(send, path, prompts, max_tokens, threads, ignore_eos,
+                                  repeats, sampling))
+    child.start()
+    send.close()
+    try:
+        result = receive.recv()
+    except EOFError:  # the child died before answering
+        result = None
+    child.join()
+    if result is not None:
+        return result
+    code = child.exitcode
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        hint = (f": built for another CPU? rebuild it here with `{REBUILD}`"
+                if -code == signal.SIGILL else "")
+        return {"status": f"crashed ({name}){hint}"}
+    return {"status": f"exited with code {code} before answering"}
+
+
+def _measure_into(send, *args) -> None:
+    try:
+        send.send(_measure(*args))
+    except Exception as exc:  # reported as the peer's status, in the parent
+        send.send({"status": f"failed: {type(exc).__name__}: {exc}"})
+    finally:
+        send.close()
+
+
+def _measure(path: Path, prompts: list[list[int]], max_tokens: int, threads: int,
+             ignore_eos: bool, repeats: int, sampling: dict | None) -> dict:
     try:
         from llama_cpp import Llama
     except ImportError:

@@ -643,12 +643,16 @@ Projection bf16_invariant_projection(const at::Tensor& packed,
   return p;
 }
 
-Projection amx_tiles_projection(const at::Tensor& tiles, const at::Tensor& packed,
+// packed: oneDNN's copy for calls of more than kTileLinearMaxRows rows; None: the
+// tiles serve every row count (outputs independent of the batch).
+Projection amx_tiles_projection(const at::Tensor& tiles, const c10::optional<at::Tensor>& packed,
                                 const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(tiles.dim() == 5 && tiles.scalar_type() == at::kBFloat16,
               "Projection.amx_tiles: tiles from pack_tile_weight");
   check_bias(bias, tiles.size(0) * 32, "Projection.amx_tiles");
-  Projection p = onednn_projection(packed, bias);
+  Projection p;
+  if (packed) p = onednn_projection(*packed, bias);
+  p.bias = bias;
   p.kind = Projection::Kind::kAmxTiles;
   p.tiles = tiles;
   return p;
@@ -805,7 +809,8 @@ at::Tensor project_in_dtype(const at::Tensor& x, const Projection& p) {
     case Projection::Kind::kPlain:
       return at::linear(x, p.weight, p.bias);
     case Projection::Kind::kAmxTiles:
-      if (x.size(0) <= kTileLinearMaxRows) return tile_linear(x, p.tiles, p.bias, false);
+      if (x.size(0) <= kTileLinearMaxRows || !p.weight.defined())
+        return tile_linear(x, p.tiles, p.bias, false);
       return onednn_linear(x, p.weight, p.bias);
     case Projection::Kind::kOneDnn:
       return onednn_linear(x, p.weight, p.bias);
@@ -1020,8 +1025,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Projection>(m, "Projection", "a projection's weight in the layout of its matmul")
       .def_static("plain", &plain_projection, py::arg("weight"), py::arg("bias") = py::none())
       .def_static("onednn", &onednn_projection, py::arg("packed"), py::arg("bias") = py::none())
-      .def_static("amx_tiles", &amx_tiles_projection, py::arg("tiles"), py::arg("packed"),
-                  py::arg("bias") = py::none())
+      .def_static("amx_tiles", &amx_tiles_projection, py::arg("tiles"),
+                  py::arg("packed") = py::none(), py::arg("bias") = py::none())
       .def_static("int8", &int8_projection, py::arg("weight"), py::arg("scales"),
                   py::arg("bias") = py::none())
       .def_static("module", &module_projection, py::arg("module"))

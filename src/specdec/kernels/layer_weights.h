@@ -25,6 +25,7 @@ struct Projection {
     kOneDnn,    // weight pre-packed by oneDNN (_reorder_linear_weight), bf16
     kAmxTiles,  // tiles [out/32, in/32, 2, 16, 32] (pack_tile_weight) up to
                 // kTileLinearMaxRows rows; weight: the oneDNN copy for more rows
+                // (undefined: the tiles serve every row count)
     kInt8,      // weight int8 [out, in], scales [out]: computed in the scales' dtype
     kModule,    // module: a Python callable x -> y (any module of another kind)
     kGguf,      // quant: raw GGUF blocks (Q4_0 .. Q6_K), run by quant_linear

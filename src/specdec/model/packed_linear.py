@@ -21,7 +21,10 @@ speculation. On AVX-512 CPUs without AMX tiles the projections run the fused ker
 row gets the same arithmetic whatever runs beside it, and it is also the faster matmul
 there (Zen 5, SmolLM2's shapes: 0.34-0.62x oneDNN's time at 1 row, 0.54-0.78x at 8,
 0.88-0.96x at 64, 0.97-1.08x at 256 and 1024 rows; a decode token 8.1 instead of
-17.9 ms).
+17.9 ms). On CPUs with AMX tiles, ``batch_invariant=True`` makes the projections
+``TileLinear``: ``tile_linear`` for every row count (its reduction over ``in`` runs in
+one order per row, whatever the rows beside it), the weight held once, in the tile
+layout, at the price of long prompts' speed where oneDNN is the faster matmul.
 """
 
 from __future__ import annotations
@@ -109,6 +112,28 @@ class InvariantLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, batch-invariant"
 
 
+class TileLinear(nn.Module):
+    """A bf16 projection run by ``kernels.tile_linear`` (AMX tiles) at every row count:
+    each output row bit-identical whatever the batch. Holds the weight once, in the
+    tile layout."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.kernels = kernels
+        self.tiles = kernels.pack_tile_weight(weight.detach().contiguous())
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.kernels.tile_linear(x.reshape(-1, self.in_features), self.tiles, self.bias,
+                                     False)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                "AMX tiles, batch-invariant")
+
+
 def _invariant_fits(weight: torch.Tensor) -> bool:
     return weight.shape[1] % 2 == 0  # the kernel reads k in pairs
 
@@ -132,21 +157,24 @@ def pack_linears(model: nn.Module, batch_hint: int, kernels=None,
     With ``kernels`` (the fused kernels module) on a CPU with AMX, the projections
     also get ``tile_linear``'s layout. Where ``invariant_available(kernels)``, they
     become ``InvariantLinear`` instead (an odd ``in_features`` keeps oneDNN), with or
-    without ``batch_invariant``: there it is the faster matmul too. ``batch_invariant``
-    only adds a note where the invariant kernel cannot run. Returns False, changing
-    nothing, where the model is not bf16 or oneDNN is missing."""
+    without ``batch_invariant``: there it is the faster matmul too. With AMX tiles,
+    ``batch_invariant`` makes them ``TileLinear`` (shapes that are not multiples of 32
+    keep oneDNN); where neither kernel can run, it only adds a note. Returns False,
+    changing nothing, where the model is not bf16 or oneDNN is missing."""
     dtypes = {m.weight.dtype for m in model.modules() if type(m) is nn.Linear}
     if dtypes != {torch.bfloat16} or not available():
         return False
     invariant = invariant_available(kernels)
-    if batch_invariant and not invariant:
+    tiles_only = batch_invariant and kernels is not None and kernels.has_tile_linear()
+    if batch_invariant and not (invariant or tiles_only):
         print("specdec: batch-invariant bf16 projections need the fused kernels' AVX-512 "
-              "build without AMX tiles; using the packed projections", file=sys.stderr,
-              flush=True)
+              "or AMX build; using the packed projections", file=sys.stderr, flush=True)
 
     def packed(weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
         if invariant and _invariant_fits(weight):
             return InvariantLinear(weight, bias, kernels)
+        if tiles_only and _tiles_fit(kernels, weight):
+            return TileLinear(weight, bias, kernels)
         return PackedLinear(weight, bias, batch_hint, kernels)
 
     for module in list(model.modules()):

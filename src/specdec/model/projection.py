@@ -1,7 +1,7 @@
 """A projection module (``nn.Linear``, ``PackedLinear``, ``InvariantLinear``,
-``GgufLinear``, an int8 weight-only module, or any other) run from Python, or described
-to the fused kernels as a ``Projection`` whose kind names the matmul that runs it
-(``layer_weights.h``)."""
+``TileLinear``, ``GgufLinear``, an int8 weight-only module, or any other) run from
+Python, or described to the fused kernels as a ``Projection`` whose kind names the
+matmul that runs it (``layer_weights.h``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.model import packed_linear
-from specdec.model.packed_linear import InvariantLinear, PackedLinear
+from specdec.model.packed_linear import InvariantLinear, PackedLinear, TileLinear
 from specdec.model.quant_linear import GgufLinear
 
 
@@ -19,7 +19,7 @@ def project(module: nn.Module, x: torch.Tensor, out_float: bool = False) -> torc
     ``out_float``: the result (rounded in the model dtype) as float32; the AMX tiles, the
     batch-invariant and the GGUF kernels write it so directly, with no ``.float()`` pass."""
     kind = type(module)
-    if kind is PackedLinear and x.shape[0] <= module.tile_rows:
+    if kind is TileLinear or (kind is PackedLinear and x.shape[0] <= module.tile_rows):
         return module.kernels.tile_linear(x, module.tiles, module.bias, out_float=out_float)
     if kind is InvariantLinear:
         return module.kernels.bf16_invariant_linear(x, module.packed, module.bias,
@@ -46,6 +46,8 @@ def kernel_projection(kernels, module: nn.Module):
         if module.tiles is not None:
             return kernels.Projection.amx_tiles(module.tiles, module.packed, module.bias)
         return kernels.Projection.onednn(module.packed, module.bias)
+    if kind is TileLinear:
+        return kernels.Projection.amx_tiles(module.tiles, None, module.bias)
     if kind is InvariantLinear:
         return kernels.Projection.bf16_invariant(module.packed, module.bias)
     if kind is GgufLinear:

@@ -5,20 +5,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.model.packed_linear import InvariantLinear, PackedLinear
+from specdec.model.packed_linear import InvariantLinear, PackedLinear, TileLinear
 from specdec.model.quant_linear import GgufEmbedding, GgufLinear
 
 
 def weight_layout(model: nn.Module) -> str:
     """The projection weights' layouts: "amx-tiles" (with a oneDNN copy for long
-    prompts), "onednn-packed", "bf16-invariant", "gguf-Q4_1" (per GGUF format),
-    "int8" or "plain"."""
+    prompts), "amx-tiles-invariant" (tiles alone), "onednn-packed", "bf16-invariant",
+    "gguf-Q4_1" (per GGUF format), "int8" or "plain"."""
     kinds = set()
     for module in model.modules():
         if type(module) is PackedLinear:
             kinds.add("amx-tiles" if module.tiles is not None else "onednn-packed")
         elif type(module) is InvariantLinear:
             kinds.add("bf16-invariant")
+        elif type(module) is TileLinear:
+            kinds.add("amx-tiles-invariant")
         elif type(module) is GgufLinear:
             kinds.update(f"gguf-{fmt}" for fmt in module.formats)
         elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
@@ -59,6 +61,8 @@ def resident_weight_bytes(model: nn.Module) -> int:
             add(module.tiles)
         elif type(module) is InvariantLinear:
             add(module.packed)
+        elif type(module) is TileLinear:
+            add(module.tiles)
         elif type(module) is GgufEmbedding:
             add(module.blocks)
     for tensor in [*model.parameters(), *model.buffers()]:
@@ -73,7 +77,7 @@ def streamed_weight_bytes(model: nn.Module) -> int:
     for module in model.modules():
         if type(module) is GgufLinear:
             total += module.nbytes
-        elif type(module) in (PackedLinear, InvariantLinear):
+        elif type(module) in (PackedLinear, InvariantLinear, TileLinear):
             total += module.in_features * module.out_features * 2  # bf16, any layout
         elif isinstance(getattr(module, "weight_int8", None), torch.Tensor):
             scales = module.scales
@@ -86,9 +90,13 @@ def streamed_weight_bytes(model: nn.Module) -> int:
     return total
 
 
+_INVARIANT_LAYOUTS = ("bf16-invariant", "amx-tiles-invariant")
+
+
 def projections_batch_invariant(model: nn.Module) -> bool:
     """Whether every projection (LM head included) computes each row the same way
-    whatever else is in the batch: GGUF blocks or the bf16-invariant kernel only."""
+    whatever else is in the batch: GGUF blocks, the bf16-invariant kernel or the AMX
+    tiles alone only."""
     layout = weight_layout(model).split("+")
     tied_head = getattr(model, "tie_word_embeddings", False)  # F.linear on the embedding
-    return not tied_head and all(k.startswith("gguf-") or k == "bf16-invariant" for k in layout)
+    return not tied_head and all(k.startswith("gguf-") or k in _INVARIANT_LAYOUTS for k in layout)
