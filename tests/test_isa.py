@@ -49,11 +49,6 @@ def test_compiler_flags_never_native_and_never_above_the_level():
     assert "-mavx512bf16" in avx512 and not any("amx" in f for f in avx512)
     assert "-mavx512bf16" not in isa.compiler_flags("avx512", SKYLAKE_X)
     assert "-mamx-tile" in isa.compiler_flags("amx", SAPPHIRE_RAPIDS)
-    # AMX-INT8 (the Q8_0 tile projections) is an optional extension of the amx level
-    assert "-mamx-int8" in isa.compiler_flags("amx", SAPPHIRE_RAPIDS)
-    without_int8 = isa.kept_extensions(SAPPHIRE_RAPIDS, "avx512_bf16,avx512_vnni")
-    assert "-mamx-int8" not in isa.compiler_flags("amx", without_int8)
-    assert isa.highest_level(without_int8) == "amx"
     for level in ("avx2", "avx512", "amx"):
         assert "-march=native" not in isa.compiler_flags(level, SAPPHIRE_RAPIDS)
     with pytest.raises(ValueError):

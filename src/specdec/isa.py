@@ -12,7 +12,7 @@ The level is the highest the CPU's flags allow, decided once per process.
 tested on a machine that has a higher one; a level the CPU cannot run falls back to
 the CPU's own with one line on stderr, never an exception.
 ``SPECDEC_ISA_EXTENSIONS`` (a comma list such as ``avx512_vnni``, or ``none``) keeps only
-those of the optional extensions (avx512_bf16, avx512_vnni, amx_int8), so the paths of a CPU
+those of the optional extensions (avx512_bf16, avx512_vnni), so the paths of a CPU
 without them (an AVX-512 Skylake-SP) are built and tested here too; a CPU without
 avx512_bf16 cannot be ``amx``. A forced level also caps
 oneDNN and ATen (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``) where they have not
@@ -49,11 +49,10 @@ _COMPILER_FLAGS = {
 # Optional extensions a level uses where the CPU has them: cpuinfo flag -> compiler flag.
 _OPTIONAL = {
     "avx512": {"avx512_bf16": "-mavx512bf16", "avx512_vnni": "-mavx512vnni"},
-    "amx": {"amx_int8": "-mamx-int8"},
 }
 # Flags worth naming beside a figure (model names like "AMD EPYC" hide the generation).
 _NOTABLE_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
-                            "amx_tile", "amx_bf16", "amx_int8", "avx_ne_convert", "avx_vnni"})
+                            "amx_tile", "amx_bf16", "avx_ne_convert", "avx_vnni"})
 OPTIONAL_EXTENSIONS = frozenset(cpu for opt in _OPTIONAL.values() for cpu in opt)
 # What torch's libraries are capped to under a forced level.
 _TORCH_CAPS = {

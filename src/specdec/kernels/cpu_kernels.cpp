@@ -1020,13 +1020,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "loaded with a non-temporal hint; returns the old value");
   m.def("nontemporal_weights", [] { return nontemporal_weights.load(); },
         "whether set_nontemporal_weights is on");
-  m.def("has_gguf_tiles", [] {
-#if defined(SPECDEC_HAS_AMX_INT8)
-    return amx_usable();
-#else
-    return false;
-#endif
-  }, "whether full tiles of x rows of Q8_0 projections run on AMX-INT8 tiles");
   m.def("tile_linear_max_rows", [] { return kTileLinearMaxRows; }, "rows up to which project() uses tile_linear");
 
   py::class_<Projection>(m, "Projection", "a projection's weight in the layout of its matmul")

@@ -720,24 +720,6 @@ inline void group_rows(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
   group_tile<F, R>(g, blocks, x, t0, out, next, once);
 }
 
-}  // namespace quant
-}  // namespace specdec_kernels
-
-#include "quant_tiles.h"
-
-namespace specdec_kernels {
-namespace quant {
-
-// Whether full row tiles of format F run on AMX-INT8 tiles here (quant_tiles.h: Q8_0).
-template <GgufFormat F>
-inline bool use_int8_tiles() {
-#if defined(SPECDEC_HAS_AMX_INT8)
-  return tiles_run(F) && amx_usable();
-#else
-  return false;
-#endif
-}
-
 // v rounded to T (the activations' dtype), stored as Out (T, or float32 holding the
 // T-rounded value: what a cast of the T output would give, without the second pass).
 template <typename T, typename Out>
@@ -752,15 +734,10 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
                     int64_t g1, const float* bias, Out* y, int64_t ldy, const uint8_t* then) {
   const int64_t bytes = seg.blocks.size(1), blocks = bytes / record_bytes(F);
   const uint8_t* weights = seg.blocks.data_ptr<uint8_t>();
-  alignas(64) float out[4 * kQuantTile * kLanes];  // up to 4 tiles at once (AMX: kTilesInFlight)
+  alignas(64) float out[kQuantTile * kLanes];
   // One tile of rows reads each record once (nontemporal.h); more pass over a group
   // tile by tile.
   const bool once = rows_x <= kQuantTile && stream_weights_once();
-  // Full tiles of x rows on AMX-INT8 tiles where they run (Q8_0; the same values).
-  const bool tiles = rows_x >= kQuantTile && use_int8_tiles<F>();
-#if defined(SPECDEC_HAS_AMX_INT8)
-  if (tiles) configure_int8_tiles();
-#endif
   // Chunks of kRowChunk x rows (~100 KB of int8 x at in = 1536) stay in L2 while the
   // groups pass over them; a group's weights stay in L1 across a chunk's tiles.
   for (int64_t c0 = 0; c0 < rows_x; c0 += kRowChunk) {
@@ -768,9 +745,17 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* w = weights + g * bytes;
       const int64_t n0 = g * kLanes, lanes = std::min(kLanes, seg.rows - n0);
-      // out's rows (x rows t0 ..) into y, rounded to T.
-      auto write_rows = [&](int64_t t0, int64_t rows) {
-        for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t t0 = c0; t0 < c1; t0 += kQuantTile) {
+        const int64_t tile = std::min(kQuantTile, rows_x - t0);
+        // A chunk of several tiles reads each group from L1 after its first tile, leaving
+        // the memory idle: its second tile asks for the next group's weights (after the
+        // last one, then's). A chunk of one tile streams the groups once, and leaves
+        // them to the hardware prefetcher: asking for them too made a 1-row decode
+        // step's projections ~5 % slower.
+        const uint8_t* next = g + 1 < g1 ? w + bytes : then;
+        const bool ask = c1 - c0 > kQuantTile && t0 == c0 + kQuantTile;
+        group_rows<F>(w, blocks, x, t0, tile, out, ask ? next : nullptr, once);
+        for (int64_t r = 0; r < tile; ++r) {
           Out* yr = y + (t0 + r) * ldy + seg.row0 + n0;
           const float* o = out + r * kLanes;
           if (bias) {
@@ -780,36 +765,9 @@ void segment_groups(const QuantSegment& seg, const QuantizedRows& x, int64_t row
             for (int64_t l = 0; l < lanes; ++l) yr[l] = round_out<T, Out>(o[l]);
           }
         }
-      };
-      for (int64_t t0 = c0; t0 < c1; t0 += kQuantTile) {
-        const int64_t tile = std::min(kQuantTile, rows_x - t0);
-        // A chunk of several tiles reads each group from L1 after its first tile, leaving
-        // the memory idle: its second tile asks for the next group's weights (after the
-        // last one, then's). A chunk of one tile streams the groups once, and leaves
-        // them to the hardware prefetcher: asking for them too made a 1-row decode
-        // step's projections ~5 % slower.
-        const uint8_t* next = g + 1 < g1 ? w + bytes : then;
-#if defined(SPECDEC_HAS_AMX_INT8)
-        // Up to kTilesInFlight full tiles at once (the values of one at a time); the
-        // first pass over the group asks for the next one's weights.
-        const int64_t full = (c1 - t0) / kQuantTile;
-        if (tiles && full > 0) {
-          const int n = static_cast<int>(std::min<int64_t>(full, kTilesInFlight));
-          group_tiles_q8_0(w, blocks, x, t0, n, out, t0 == c0 ? next : nullptr);
-          write_rows(t0, n * kQuantTile);
-          t0 += (n - 1) * kQuantTile;
-          continue;
-        }
-#endif
-        const bool ask = c1 - c0 > kQuantTile && t0 == c0 + kQuantTile;
-        group_rows<F>(w, blocks, x, t0, tile, out, ask ? next : nullptr, once);
-        write_rows(t0, tile);
       }
     }
   }
-#if defined(SPECDEC_HAS_AMX_INT8)
-  if (tiles) _tile_release();
-#endif
 }
 
 template <typename T, typename Out>
