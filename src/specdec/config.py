@@ -36,8 +36,9 @@ class EngineConfig:
     # Outputs that do not depend on the batch: a prompt's output is the same alone,
     # batched, chunked or speculated. They are wherever the projections are: GGUF weights,
     # and dense bf16 on the fused kernels' bf16_invariant_linear (AVX-512 CPUs without
-    # AMX); every query then goes to the paged-attention kernel. True asks for it and
-    # warns where bf16 projections cannot be invariant (AMX tiles serve them);
+    # AMX); every query then goes to the paged-attention kernel. True asks for it: on AMX
+    # CPUs dense bf16 then runs on the tiles alone (``TileLinear``: long prompts ~1.8x
+    # slower, so not the default there); it warns where it cannot hold.
     # ``LLM.stats()["batch_invariant"]`` says whether it holds (False for float32 dense).
     batch_invariant: bool = False
     speculative: dict[str, Any] | None = None

@@ -62,8 +62,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         default=engine("batch_invariant"),
                         help="outputs that do not depend on the batch; on by itself "
                              "where the projections allow it (GGUF weights, bf16 on "
-                             "AVX-512 CPUs without AMX), a warning where AMX tiles "
-                             "serve bf16")
+                             "AVX-512 CPUs without AMX); on AMX CPUs it puts dense bf16 "
+                             "on the AMX tiles alone")
     parser.add_argument("--threads", dest="num_threads", type=int,
                         default=engine("num_threads"), help="torch threads (default: all cores)")
     parser.add_argument("--adaptive-threads", dest="adaptive_threads",
