@@ -37,8 +37,9 @@ class EngineConfig:
     # batched, chunked or speculated. They are wherever the projections are: GGUF weights,
     # and dense bf16 on the fused kernels' bf16_invariant_linear (AVX-512 CPUs without
     # AMX); every query then goes to the paged-attention kernel. True asks for it: on AMX
-    # CPUs dense bf16 then runs on the tiles alone (``TileLinear``: long prompts ~1.8x
-    # slower, so not the default there); it warns where it cannot hold.
+    # CPUs dense bf16 then runs on the tiles alone (``TileLinear``); not the default there,
+    # as long prompts then take the paged attention (~1.8x slower at 2k tokens than SDPA).
+    # It warns where it cannot hold.
     # ``LLM.stats()["batch_invariant"]`` says whether it holds (False for float32 dense).
     batch_invariant: bool = False
     speculative: dict[str, Any] | None = None

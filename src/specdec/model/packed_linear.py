@@ -24,7 +24,8 @@ there (Zen 5, SmolLM2's shapes: 0.34-0.62x oneDNN's time at 1 row, 0.54-0.78x at
 17.9 ms). On CPUs with AMX tiles, ``batch_invariant=True`` makes the projections
 ``TileLinear``: ``tile_linear`` for every row count (its reduction over ``in`` runs in
 one order per row, whatever the rows beside it), the weight held once, in the tile
-layout, at the price of long prompts' speed where oneDNN is the faster matmul.
+layout. Not the default: every query then takes the paged attention, which on AMX is
+slower than SDPA for long prompts (docs/cpu.md, "Batch invariance").
 """
 
 from __future__ import annotations
