@@ -93,42 +93,50 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed{tiles}"
 
 
-class InvariantLinear(nn.Module):
-    """A bf16 projection run by ``kernels.bf16_invariant_linear``: each output row
-    bit-identical whatever the batch. Holds the weight once, in that kernel's layout."""
+class _RowKernelLinear(nn.Module):
+    """A bf16 projection run by one fused kernel at every row count: each output row
+    bit-identical whatever the batch, the weight held once, in that kernel's layout.
+    Subclasses pack the weight and name the kernel (``_matmul`` of x [T, in])."""
+
+    batch_invariant = True  # weight_info.projections_batch_invariant reads it
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.kernels = kernels
-        self.packed = kernels.pack_bf16_invariant(weight.detach().contiguous())
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.kernels.bf16_invariant_linear(x.reshape(-1, self.in_features), self.packed,
-                                               self.bias)
+        y = self._matmul(x.reshape(-1, self.in_features))
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+class InvariantLinear(_RowKernelLinear):
+    """Run by ``kernels.bf16_invariant_linear`` (AVX-512)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels):
+        super().__init__(weight, bias, kernels)
+        self.packed = kernels.pack_bf16_invariant(weight.detach().contiguous())
+
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernels.bf16_invariant_linear(x, self.packed, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, batch-invariant"
 
 
-class TileLinear(nn.Module):
-    """A bf16 projection run by ``kernels.tile_linear`` (AMX tiles) at every row count:
-    each output row bit-identical whatever the batch. Holds the weight once, in the
-    tile layout."""
+class TileLinear(_RowKernelLinear):
+    """Run by ``kernels.tile_linear`` (AMX tiles) at every row count."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels):
-        super().__init__()
-        self.out_features, self.in_features = weight.shape
-        self.kernels = kernels
+        super().__init__(weight, bias, kernels)
         self.tiles = kernels.pack_tile_weight(weight.detach().contiguous())
-        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.kernels.tile_linear(x.reshape(-1, self.in_features), self.tiles, self.bias,
-                                     False)
-        return y.reshape(*x.shape[:-1], self.out_features)
+    def _matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernels.tile_linear(x, self.tiles, self.bias, False)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -29,6 +29,8 @@ class GgufLinear(nn.Module):
 
     # quant_linear.h loads the blocks with the non-temporal hint when it is on
     nontemporal_loads = True
+    # each output row is reduced in one order whatever the rows beside it
+    batch_invariant = True
 
     def __init__(self, parts: list[GgufTensor], bias: torch.Tensor | None, kernels):
         super().__init__()

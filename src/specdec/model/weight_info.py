@@ -90,13 +90,17 @@ def streamed_weight_bytes(model: nn.Module) -> int:
     return total
 
 
-_INVARIANT_LAYOUTS = ("bf16-invariant", "amx-tiles-invariant")
+def is_projection(module: nn.Module) -> bool:
+    """Whether ``module`` is one of the projection kinds ``weight_layout`` names."""
+    return (type(module) in (PackedLinear, InvariantLinear, TileLinear, GgufLinear, nn.Linear)
+            or isinstance(getattr(module, "weight_int8", None), torch.Tensor))
 
 
 def projections_batch_invariant(model: nn.Module) -> bool:
     """Whether every projection (LM head included) computes each row the same way
-    whatever else is in the batch: GGUF blocks, the bf16-invariant kernel or the AMX
-    tiles alone only."""
-    layout = weight_layout(model).split("+")
+    whatever else is in the batch: the projection classes say so themselves
+    (``batch_invariant``: GGUF blocks, the bf16-invariant kernel, the AMX tiles alone)."""
+    projections = [m for m in model.modules() if is_projection(m)]
     tied_head = getattr(model, "tie_word_embeddings", False)  # F.linear on the embedding
-    return not tied_head and all(k.startswith("gguf-") or k in _INVARIANT_LAYOUTS for k in layout)
+    return (not tied_head and bool(projections)
+            and all(getattr(m, "batch_invariant", False) for m in projections))
