@@ -644,7 +644,7 @@ inline void group_tile(const uint8_t* g, int64_t blocks, const QuantizedRows& x,
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = g + b * rec;
     if (next) prefetch_record(next + b * rec, rec);
-    if (once) stream_once(p, rec);
+    if (once) stream_once(p, rec, kStreamAheadBytes);  // a segment's records lie in order
     VB w[8];
     if constexpr (F == GgufFormat::kQ4_0) {  // w = d (u - 8)
       unpack_nibbles(p + 2 * G, w);
