@@ -12,8 +12,8 @@
 // A stream of such lines is asked for ahead of its loads: the hint keeps the lines out
 // of L2, where the hardware prefetcher would have seen the stream, so asking for each
 // line just before its loads left every record waiting on memory. Measured on Zen 3
-// (AVX2), a decode token of the bundled model (Q4_1 + Q8_0): ~150 tok/s asking at the
-// loads, ~170-215 asking 2-4 KB ahead.
+// (AVX2), a 300-token decode of the bundled model (Q4_1 + Q8_0), alternating runs:
+// 125-154 tok/s asking at the loads, 167-191 asking 3 KB ahead (docs/benchmarks.md).
 #pragma once
 
 #include <atomic>
