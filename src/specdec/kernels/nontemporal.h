@@ -1,5 +1,6 @@
 // Weights a call reads once (a decode step's or a speculative verification's few rows)
-// loaded with a non-temporal hint: a prefetchnta of each line just before its loads.
+// loaded with a non-temporal hint: a prefetchnta of each line before its loads (the
+// GGUF kernels 3 KB ahead, the bf16 one right at them).
 //
 // AMD's optimization guides describe such lines as not written back to L2 when they
 // leave L1, so they would never reach the L3 (filled by L2's evictions): a decode
