@@ -33,6 +33,8 @@ def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
 def uniforms(generators: Sequence[torch.Generator]) -> torch.Tensor:
     """``[R]`` float64 uniforms in [0, 1), one from each generator."""
+    if len(generators) == 1:  # a decode's row: no cat (each op costs, see filters._fusable)
+        return torch.rand(1, generator=generators[0], dtype=torch.float64)
     return torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
 
 
