@@ -61,9 +61,10 @@ def sample_tokens(logits: torch.Tensor, params: list,
 
 def _sample_filtered(logits: torch.Tensor, params: list, generators, kernels) -> torch.Tensor:
     """Rows with top-k or top-p: drawn among their candidates."""
-    if _fusable(logits, params, kernels):
+    inv_temp = [1.0 / p.temperature for p in params]
+    if _fusable(logits, inv_temp, kernels):
         return kernels.sample_filtered_rows(
-            logits, _inv_temperatures(params),
+            logits, torch.tensor(inv_temp, dtype=torch.float32),
             torch.tensor([p.top_k for p in params], dtype=torch.long),
             torch.tensor([p.top_p for p in params], dtype=torch.float64),
             torch.tensor([p.min_p for p in params], dtype=torch.float32),
@@ -75,9 +76,10 @@ def _sample_filtered(logits: torch.Tensor, params: list, generators, kernels) ->
 
 def _sample_plain(logits: torch.Tensor, params: list, generators, kernels) -> torch.Tensor:
     """Rows with temperature and min-p only."""
-    if _fusable(logits, params, kernels):
+    inv_temp = [1.0 / p.temperature for p in params]
+    if _fusable(logits, inv_temp, kernels):
         min_p = torch.tensor([p.min_p for p in params], dtype=torch.float32)
-        return kernels.sample_rows(logits, _inv_temperatures(params), min_p,
+        return kernels.sample_rows(logits, torch.tensor(inv_temp, dtype=torch.float32), min_p,
                                    categorical.uniforms(generators))
     probs = _min_p(torch.softmax(_scaled(logits, params), -1), params)
     return categorical.sample_rows(probs, generators)
@@ -144,13 +146,13 @@ def candidates(logits: torch.Tensor, params: list) -> Candidates:
     return Candidates(out_logits, out_index)
 
 
-def _fusable(logits: torch.Tensor, params: list, kernels) -> bool:
+def _fusable(logits: torch.Tensor, inv_temp: list[float], kernels) -> bool:
     """Whether the fused kernels draw these rows (float32 rows, finite 1 / temperature).
     Checked on the Python floats: after a decode step has streamed the weights through
     the caches, each small torch op costs 20-150 µs (its code and data come back from
     memory), and the check as three ops was half the sampler's time."""
     return (kernels is not None and logits.dtype == torch.float32 and logits.is_contiguous()
-            and all(_finite_in_float32(1.0 / p.temperature) for p in params))
+            and all(_finite_in_float32(x) for x in inv_temp))
 
 
 def _finite_in_float32(x: float) -> bool:
@@ -159,10 +161,6 @@ def _finite_in_float32(x: float) -> bool:
         return math.isfinite(struct.unpack("f", struct.pack("f", x))[0])
     except OverflowError:  # rounds past float32's largest value
         return False
-
-
-def _inv_temperatures(params: list) -> torch.Tensor:
-    return torch.tensor([1.0 / p.temperature for p in params], dtype=torch.float32)
 
 
 def _scaled(logits: torch.Tensor, params: list) -> torch.Tensor:
