@@ -2,12 +2,12 @@
 and bit-identical log-probabilities alone, in a batch of 16, with its prefill chunked,
 after a prefix-cache hit, and with n-gram speculation verifying drafts.
 
-Four engines: the bundled GGUF model on its quantized projections (whose per-row
-arithmetic does not depend on the number of rows), a model whose projections run
-one row at a time, which isolates the rest of the step (attention over the paged
-cache, norms, RoPE, the LM head, sampling), dense bfloat16 with its default options
-(the fused kernels' batch-invariant projections, where they run), and dense bfloat16
-with ``batch_invariant=True`` on AMX tiles. Runs at every ISA
+Five engines: the bundled GGUF model on its quantized projections (whose per-row
+arithmetic does not depend on the number of rows), the same with a float16 KV cache, a
+model whose projections run one row at a time, which isolates the rest of the step
+(attention over the paged cache, norms, RoPE, the LM head, sampling), dense bfloat16
+with its default options (the fused kernels' batch-invariant projections, where they
+run), and dense bfloat16 with ``batch_invariant=True`` on AMX tiles. Runs at every ISA
 level the CPU has (``test_isa_levels.py``)."""
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def row_by_row(llm: LLM) -> LLM:
 
 ENGINES = {
     "gguf": lambda **kw: LLM(quantization="gguf", **kw),
+    "gguf-f16-kv": lambda **kw: LLM(quantization="gguf", dtype="float32",
+                                    kv_cache_dtype="float16", **kw),
     "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32", **kw)),
     "bf16-invariant": lambda **kw: LLM(quantization="none", dtype="bfloat16", **kw),
     "bf16-amx-tiles": lambda **kw: LLM(quantization="none", dtype="bfloat16",
@@ -135,7 +137,7 @@ def test_long_queries_take_the_same_attention(engine, prompts):
 def skip_unless_runnable(engine: str) -> None:
     if kernels.load() is None:  # eager PyTorch: SDPA's rounding depends on the query shape
         pytest.skip("batch invariance needs the fused kernels' paged attention")
-    if engine == "gguf" and not hasattr(kernels.load(), "gguf_formats"):
+    if engine.startswith("gguf") and not hasattr(kernels.load(), "gguf_formats"):
         pytest.skip("no fused kernels at this ISA level: GGUF weights are dequantized")
     if engine == "bf16-invariant" and not packed_linear.invariant_available(kernels.load()):
         pytest.skip("no batch-invariant bf16 kernel here (needs AVX-512 without AMX tiles)")

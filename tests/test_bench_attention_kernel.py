@@ -21,4 +21,9 @@ def test_caches_table_and_a_timed_pass():
     assert int(table.max()) < 6
     assert not torch.equal(caches[0], caches[1])
     assert 0 < bench.seconds_per_layer(K, caches, table, 40, query_len=5, query_heads=9,
-                                       repeats=1) < 1.0
+                                       repeats=1, dtype=torch.float32) < 1.0
+    half, _ = bench.caches_and_table(K, layers=1, context=40, kv_heads=3, head_dim=64,
+                                     dtype=torch.float16)
+    assert half[0].dtype == torch.float16 and torch.equal(half[0], caches[0].half())
+    assert 0 < bench.seconds_per_layer(K, half, table, 40, query_len=1, query_heads=9,
+                                       repeats=1, dtype=torch.float32) < 1.0

@@ -24,7 +24,8 @@ from specdec.speculative.config import METHODS, SpeculativeConfig
 
 COMMANDS = [["generate", "x"], ["serve"], *(["bench", name] for name in BENCHMARKS)]
 ENGINE_FLAGS = {  # argparse dest -> EngineConfig field
-    "model": "model", "dtype": "dtype", "quantization": "quantization",
+    "model": "model", "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
     "max_num_seqs": "max_num_seqs",
     "max_num_batched_tokens": "max_num_batched_tokens",
     "enable_prefix_caching": "enable_prefix_caching", "fused_kernels": "fused_kernels",

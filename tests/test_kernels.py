@@ -65,6 +65,28 @@ def test_rope_write_kv_is_bit_exact(dtype, head_dim):
     assert not cache[:, untouched].any()
 
 
+@pytest.mark.parametrize("head_dim", [64, 16, 40])
+def test_rope_write_kv_into_a_float16_cache(head_dim):
+    """float32 activations, float16 cache (kv_cache_dtype="float16"): the queries are
+    the float32 ones; the cache holds the float32 rotated keys and values rounded to half."""
+    torch.manual_seed(2)
+    tokens, hq, hkv = 6, 9, 3
+    qkv = torch.randn(tokens, (hq + 2 * hkv) * head_dim) * 100  # beyond half's 11 bits
+    cos, sin = torch.randn(tokens, head_dim), torch.randn(tokens, head_dim)
+    cache = torch.zeros(2, 64, hkv, head_dim, dtype=torch.float16)
+    slots = torch.tensor([3, 9, 17, 40, 41, 63])
+    q = K.rope_write_kv(qkv, cos, sin, cache, slots, hq)
+    qk = qkv[:, : (hq + hkv) * head_dim].view(tokens, hq + hkv, head_dim)
+    qk = qk * cos.unsqueeze(1) + rotate_half(qk) * sin.unsqueeze(1)
+    assert q.dtype == torch.float32 and torch.equal(q, qk[:, :hq])
+    assert torch.equal(cache[0, slots], qk[:, hq:].half())
+    values = qkv[:, (hq + hkv) * head_dim :].view(tokens, hkv, -1)
+    assert torch.equal(cache[1, slots], values.half())
+    assert not torch.equal(cache[1, slots].float(), values)  # really rounded
+    with pytest.raises(RuntimeError, match="float16 under float32"):
+        K.rope_write_kv(qkv.bfloat16(), cos.bfloat16(), sin.bfloat16(), cache, slots, hq)
+
+
 def test_rope_write_kv_rejects_bad_slots():
     qkv = torch.randn(2, 15 * 16)
     cache = torch.zeros(2, 8, 3, 16)
@@ -154,6 +176,23 @@ def test_paged_attention_long_context_large_blocks(amx_attention, bs):
     K.paged_attention(out, q, cache, tables, *args, bs, 0.125, 0)
     expected = reference_attention(q, cache, tables, *args, bs, 0)
     torch.testing.assert_close(out.float(), expected, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 16, 128, 256])
+@pytest.mark.parametrize("window", [0, 9])
+def test_paged_attention_float16_cache_is_the_float32_cache_of_its_values(head_dim, window):
+    """float32 queries over a float16 cache: bit for bit the result over a float32 cache
+    holding the same (half) values, so the cache's dtype changes what is stored, never
+    how attention computes; rows past each context hold NaN and must not leak."""
+    q, cache, tables, args = paged_case(torch.float32, head_dim, [37, 20, 70, 1, 16],
+                                        [1, 4, 2, 1, 16])
+    half = cache.half()
+    out, expected = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+    K.paged_attention(out, q, half, tables, *args, 16, head_dim**-0.5, window)
+    K.paged_attention(expected, q, half.float(), tables, *args, 16, head_dim**-0.5, window)
+    assert torch.equal(out, expected)
+    with pytest.raises(RuntimeError, match="float16 under float32"):
+        K.paged_attention(out.bfloat16(), q.bfloat16(), half, tables, *args, 16, 0.125, 0)
 
 
 def test_amx_kernels_exactly_at_the_amx_level():

@@ -116,15 +116,17 @@ def test_layer_weights_name_the_layer(tiny_model_dir):
     assert [weights.o_proj.kind, weights.gate_up.kind] == ["plain", "plain"]
 
 
-def prompt_step(model, prompts: list[list[int]], path: str):
+def prompt_step(model, prompts: list[list[int]], path: str,
+                cache_dtype: torch.dtype | None = None):
     """One forward over fresh prompts in consecutive blocks. ``path``: "stack" (one
     kernel group: all layers in one ``decoder_stack`` call), "per_layer" (a kernel
     group per prompt: one ``layer`` call per layer, attention called back through
-    Python) or "eager". Returns (hidden states, caches)."""
+    Python) or "eager"; caches in ``cache_dtype`` (default: the model's). Returns
+    (hidden states, caches)."""
     dtype = model.embed_tokens.weight.dtype
     blocks = [-(-len(p) // BLOCK) for p in prompts]
     caches = [torch.zeros(2, sum(blocks) * BLOCK, model.num_kv_heads, model.head_dim,
-                          dtype=dtype) for _ in model.layers]
+                          dtype=cache_dtype or dtype) for _ in model.layers]
     firsts = [sum(blocks[:i]) for i in range(len(prompts))]
     slots = [(first * BLOCK + p) for first, prompt in zip(firsts, prompts, strict=True)
              for p in range(len(prompt))]
@@ -189,6 +191,29 @@ def test_stack_and_per_layer_paths_are_one_forward(stack_model_dir, dtype, varia
         assert torch.equal(a, b)
     if dtype == torch.float32 and variant != "gguf":  # gguf: int8 activations, not eager's
         eager, _ = prompt_step(model, prompts, "eager")
+        torch.testing.assert_close(stack, eager, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["plain", "gguf"])
+@pytest.mark.parametrize("rows", list(STEP_PROMPTS))
+def test_stack_and_per_layer_paths_with_a_float16_cache(stack_model_dir, variant, rows):
+    """float32 activations over float16 caches: the stack and the per-layer path write
+    the same half values and compute the same hidden states; the eager forward (which
+    attends over the K/V as stored) agrees with them, and all differ from the float32
+    cache's result by no more than half's rounding of K/V."""
+    model = load_model(stack_model_dir, torch.float32, variant)
+    prompts = STEP_PROMPTS[rows]
+    stack, stack_caches = prompt_step(model, prompts, "stack", torch.float16)
+    per_layer, layer_caches = prompt_step(model, prompts, "per_layer", torch.float16)
+    assert torch.equal(stack, per_layer)
+    for a, b in zip(stack_caches, layer_caches, strict=True):
+        assert a.dtype == torch.float16 and torch.equal(a, b)
+    full, full_caches = prompt_step(model, prompts, "stack")
+    assert torch.equal(stack_caches[0], full_caches[0].half())  # the first layer's K/V
+    torch.testing.assert_close(stack, full, atol=1e-2, rtol=1e-2)
+    if variant != "gguf":  # gguf: int8 activations, not eager's
+        eager, eager_caches = prompt_step(model, prompts, "eager", torch.float16)
+        assert eager_caches[0].dtype == torch.float16
         torch.testing.assert_close(stack, eager, atol=1e-4, rtol=1e-4)
 
 

@@ -7,6 +7,16 @@ from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = ("auto", "gguf", "none")
+KV_CACHE_DTYPES = ("auto", "float16")
+
+
+def check_kv_cache_dtype(kv_cache_dtype: str, model_dtype: str) -> None:
+    """A float16 cache is for float32 models: others' caches already take 2 bytes a value.
+    ``model_dtype`` is a resolved name (the builder checks ``dtype="auto"`` once resolved)."""
+    if kv_cache_dtype == "float16" and model_dtype != "float32":
+        raise ValueError(f"kv_cache_dtype='float16' halves a float32 model's KV cache; the "
+                         f"model dtype is {model_dtype}, whose cache already takes 2 bytes "
+                         "a value (set dtype='float32' for a float16 cache)")
 
 
 @dataclass
@@ -16,6 +26,9 @@ class EngineConfig:
     # A GGUF model's weights: "gguf" keeps its quantized blocks (the fused kernels' GGUF
     # projections), "none" dequantizes them to ``dtype``; "auto" picks (model/weights.py).
     quantization: str = "auto"
+    # The KV cache's storage: "auto" the model dtype; "float16" (float32 models only) halves
+    # its memory and the bytes attention reads per token, rounding each K/V to 11 bits.
+    kv_cache_dtype: str = "auto"
     block_size: int = 16
     kv_cache_memory_gb: float = 1.0  # KV pool budget; ignored when num_kv_blocks is set
     num_kv_blocks: int | None = None
@@ -53,6 +66,11 @@ class EngineConfig:
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, "
                              f"got {self.quantization!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, "
+                             f"got {self.kv_cache_dtype!r}")
+        if self.dtype != "auto":
+            check_kv_cache_dtype(self.kv_cache_dtype, self.dtype)
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:

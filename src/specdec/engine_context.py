@@ -18,6 +18,7 @@ class EngineContext:
     model_config: Any  # the HF config of the target model
     kv_cache_manager: Any  # specdec.core.kv_cache_manager.KVCacheManager
     dtype: Any = None  # torch dtype of the target model
+    kv_cache_dtype: Any = None  # torch dtype of the target's KV cache (None: ``dtype``)
     model_registry: Any = None  # specdec.model.registry.ModelRegistry, plugin models included
     # Set by a plugin when a request it blocked (``request.blocked_reason``) may run
     # again, from any thread; loops that found nothing to step wait on it, not poll.

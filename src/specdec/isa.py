@@ -217,12 +217,15 @@ def describe() -> str:
 
 
 def engine_summary(stats: dict) -> str:
-    """What ran, from ``LLM.stats()``: level, CPU, dtype, weight layout, kernels. Printed
-    by every benchmark and the server's start-up line, so each figure names its path."""
+    """What ran, from ``LLM.stats()``: level, CPU, dtype (and the KV cache's where it
+    differs), weight layout, kernels. Printed by every benchmark and the server's start-up
+    line, so each figure names its path."""
     kernels = "fused kernels" if stats.get("fused_kernels") else "eager PyTorch"
     threads = f"; threads={stats['threads']}" if "threads" in stats else ""
     hint = "; non-temporal weight loads" if stats.get("nontemporal_weights") else ""
-    return (f"{describe()}; dtype={stats.get('dtype')}; "
+    kv_dtype = stats.get("kv_cache_dtype")
+    kv_cache = f"; kv_cache_dtype={kv_dtype}" if kv_dtype not in (None, stats.get("dtype")) else ""
+    return (f"{describe()}; dtype={stats.get('dtype')}{kv_cache}; "
             f"weights={stats.get('weight_layout')}; {kernels}{hint}{threads}")
 
 

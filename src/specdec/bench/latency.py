@@ -190,8 +190,9 @@ def main(args: argparse.Namespace) -> dict:
     # Each decode token also reads its context's K/V rows in every layer: at long
     # contexts as many bytes as the weights.
     kv_bytes = mean_context(prompts, base["outputs"]) * ModelRunner.kv_bytes_per_block(
-        llm.engine.model_config, 1, llm.engine.dtype)
+        llm.engine.model_config, 1, llm.engine.kv_cache_dtype)
     result["kv_bytes_per_token"] = kv_bytes
+    result["kv_cache_dtype"] = str(llm.engine.kv_cache_dtype).removeprefix("torch.")
     result["bytes_with_kv_floor_ms"] = 1e3 * (weight_bytes + kv_bytes) / bandwidth
     print(f"with the KV cache each token reads ({kv_bytes / 2**20:.1f} MiB at the mean context"
           f" of {mean_context(prompts, base['outputs']):.0f}): floor "

@@ -13,7 +13,7 @@ import argparse
 from dataclasses import MISSING, fields
 from typing import Any
 
-from specdec.config import QUANTIZATIONS, EngineConfig
+from specdec.config import KV_CACHE_DTYPES, QUANTIZATIONS, EngineConfig
 from specdec.sampling_params import SamplingParams
 from specdec.speculative.config import METHODS, SpeculativeConfig
 
@@ -45,6 +45,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=engine("model"),
                         help="local HF dir or .gguf (default: SmolLM2)")
     parser.add_argument("--dtype", default=engine("dtype"), choices=list(CLI_DTYPES))
+    parser.add_argument("--kv-cache-dtype", default=engine("kv_cache_dtype"),
+                        choices=list(KV_CACHE_DTYPES),
+                        help="KV cache storage: auto is the model dtype; float16 halves a "
+                             "float32 model's cache (--dtype float32)")
     parser.add_argument("--quantization", default=engine("quantization"),
                         choices=list(QUANTIZATIONS),
                         help="a .gguf model: gguf keeps its quantized weights, none "
@@ -91,6 +95,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(
         model=args.model,
         dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
         quantization=args.quantization,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,

@@ -26,14 +26,19 @@ class ModelRunner:
     or over cached context) goes to the paged-attention kernel, whose result for a
     query row does not depend on the other rows: with batch-invariant projections, a
     prompt's output is then the same alone, batched, chunked or after a cache hit.
-    Otherwise long queries take SDPA (faster in float32 from ~1k tokens)."""
+    Otherwise long queries take SDPA (faster in float32 from ~1k tokens).
+
+    ``dtype`` is the activations' (masks are built in it); the caches are stored in
+    ``kv_cache_dtype`` (None: the same), e.g. float16 under a float32 model."""
 
     def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 kernels=None, invariant_attention: bool = False):
+                 kernels=None, invariant_attention: bool = False,
+                 kv_cache_dtype: torch.dtype | None = None):
         self.model = model
         self.invariant_attention = invariant_attention
         self.block_size = block_size
         self.dtype = dtype
+        self.kv_cache_dtype = kv_cache_dtype or dtype
         self.sliding_window = getattr(model.config, "sliding_window", None) or None
         fusable = (
             kernels is not None
@@ -46,17 +51,18 @@ class ModelRunner:
         shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
         if self.kernels is not None:  # 2 MB pages: attention streams each layer's cache
             zeros = self.kernels.huge_page_zeros
-            self.kv_caches = [zeros(list(shape), dtype) for _ in model.layers]
+            self.kv_caches = [zeros(list(shape), self.kv_cache_dtype) for _ in model.layers]
         else:
-            self.kv_caches = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
+            self.kv_caches = [torch.zeros(shape, dtype=self.kv_cache_dtype)
+                              for _ in model.layers]
 
     @staticmethod
-    def kv_bytes_per_block(config, block_size: int, dtype: torch.dtype) -> int:
+    def kv_bytes_per_block(config, block_size: int, cache_dtype: torch.dtype) -> int:
         from specdec.model.llama import head_dim_of
 
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         per_token = 2 * kv_heads * head_dim_of(config) * config.num_hidden_layers
-        return per_token * block_size * torch.empty((), dtype=dtype).element_size()
+        return per_token * block_size * cache_dtype.itemsize
 
     @torch.inference_mode()
     def execute(self, sched: SchedulerOutput) -> RunnerOutput:

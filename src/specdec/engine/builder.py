@@ -17,7 +17,7 @@ from specdec.core.kv_cache_manager import KVCacheManager
 from specdec.core.model_runner import ModelRunner
 from specdec.core.scheduler import Scheduler, SchedulerConfig
 from specdec.model import loader, quantization
-from specdec.model.builder import build_model, load_hf_config, resolve_dtype
+from specdec.model.builder import build_model, load_hf_config, resolve_dtype, resolve_kv_cache_dtype
 from specdec.model.packed_linear import pack_linears
 from specdec.model.registry import ModelRegistry
 from specdec.model.weight_info import projections_batch_invariant
@@ -30,6 +30,7 @@ class EngineParts:
     model_config: Any  # the HF config of the target model
     tokenizer: Any  # the HF tokenizer
     dtype: torch.dtype
+    kv_cache_dtype: torch.dtype  # the KV cache's storage: the model dtype, or float16
     model: torch.nn.Module
     max_model_len: int  # longest prompt + output a request may have
     kv: KVCacheManager
@@ -47,13 +48,14 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
     registry.resolve(model_config)  # unsupported architecture: fail before loading
     tokenizer = load_tokenizer(model_dir)
     dtype = resolve_dtype(config.dtype)
+    kv_cache_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, dtype)
     model = build_model(model_dir, model_config, registry, dtype)
 
     context_len = model_config.max_position_embeddings
     num_blocks = config.num_kv_blocks or max(
         1,
         int(config.kv_cache_memory_gb * 2**30)
-        // ModelRunner.kv_bytes_per_block(model_config, config.block_size, dtype),
+        // ModelRunner.kv_bytes_per_block(model_config, config.block_size, kv_cache_dtype),
     )
     kv = KVCacheManager(num_blocks, config.block_size)
     scheduler = Scheduler(
@@ -76,6 +78,7 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         model_config=model_config,
         tokenizer=tokenizer,
         dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype,
         model=model,
         max_model_len=min(config.max_model_len or context_len, context_len),
         kv=kv,
@@ -86,7 +89,8 @@ def build_engine_parts(config: EngineConfig, registry: ModelRegistry) -> EngineP
         # and chunk length up to 8k (docs/benchmarks.md); GGUF weights take it in float32
         # too. So wherever the projections are invariant, so are the outputs.
         runner=ModelRunner(model, num_blocks, config.block_size, dtype, kernels,
-                           invariant_attention=projections_batch_invariant(model)),
+                           invariant_attention=projections_batch_invariant(model),
+                           kv_cache_dtype=kv_cache_dtype),
         sampler=Sampler(config.seed, kernels),
         eos_token_ids=eos_token_ids(model_dir, model_config, tokenizer),
     )

@@ -69,6 +69,7 @@ class LLMEngine:
         parts = build_engine_parts(config, self.registry)
         self.model_dir, self.model_config = parts.model_dir, parts.model_config
         self.tokenizer, self.dtype, self.model = parts.tokenizer, parts.dtype, parts.model
+        self.kv_cache_dtype = parts.kv_cache_dtype
         self.max_model_len = parts.max_model_len
         self.kv, self.scheduler = parts.kv, parts.scheduler
         self.kernels, self.runner, self.sampler = parts.kernels, parts.runner, parts.sampler
@@ -89,6 +90,7 @@ class LLMEngine:
             model_config=self.model_config,
             kv_cache_manager=self.kv,
             dtype=self.dtype,
+            kv_cache_dtype=self.kv_cache_dtype,
             model_registry=self.registry,
         )
         self._start_hook("specdec_engine_started", context=self.context)
@@ -276,6 +278,8 @@ class LLMEngine:
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
             dtype=str(self.dtype).removeprefix("torch."),
+            kv_cache_dtype=str(self.kv_cache_dtype).removeprefix("torch."),
+            kv_cache_bytes=sum(cache.nbytes for cache in self.runner.kv_caches),
             isa=isa.level(),
             weight_layout=layout,
             weight_bytes=self.weight_bytes,

@@ -83,14 +83,16 @@ constexpr bool kHasBf16Dot = false;
 template <typename T, int NV>
 constexpr bool kPairDot = kHasBf16Dot && std::is_same_v<T, BFloat16> && NV % 2 == 0;
 
-// One query head held in registers; dot() gives sixteen partial sums of q . k.
+// One query head held in registers; dot() gives sixteen partial sums of q . k (k in
+// the cache's dtype: T, or float16 under float32 queries).
 template <typename T, int NV, bool Pair = kPairDot<T, NV>>
 struct QueryTile {
   Vec16 q[NV];
   void load(const T* src) {
     for (int v = 0; v < NV; ++v) q[v] = Vec16::load(src + 16 * v);
   }
-  Vec16 dot(const T* k) const {
+  template <typename K>
+  Vec16 dot(const K* k) const {
     Vec16 acc = Vec16::zero();
     for (int v = 0; v < NV; ++v) acc = Vec16::fma(q[v], Vec16::load(k + 16 * v), acc);
     return acc;
@@ -128,7 +130,8 @@ struct OutputTile {
   void scale(int m, float c) {
     for (int v = 0; v < NV; ++v) acc[m][v] = acc[m][v] * Vec16::broadcast(c);
   }
-  void add(const T* const* v_row, int64_t n, const float (*prob)[kChunk], int mb) {
+  template <typename V>
+  void add(const V* const* v_row, int64_t n, const float (*prob)[kChunk], int mb) {
 #if !defined(__AVX512F__)
     // AVX2's 16 registers: one query's accumulators at a time (up to 4 vectors, 8
     // registers) stay in registers across the chunk's rows, which the next query reads
@@ -315,12 +318,15 @@ inline void prefetch_rows(const int64_t* offsets, int64_t n, const T* key_cache,
 // a group's heads gives the same output.
 // Up to kPass queries at a time keep their accumulators in registers; positions go
 // in chunks of kChunk with an online softmax, each K/V row read once per pass.
-template <typename T, int NV>
-void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
+// The cache holds C: T, or float16 under float32 queries (widened as loaded: the
+// result is that of a float32 cache holding the same half values).
+template <typename T, int NV, typename C = T>
+void attend_one(T* out, const T* q, const C* key_cache, const C* value_cache,
                 const int32_t* table, int64_t q_start, int64_t q_len, int64_t ctx_len,
                 int64_t kv_head, int64_t hq, int64_t hkv, int64_t block_size, float scale,
                 int64_t window, int64_t g0, int64_t g1) {
   constexpr int kPass = queries_per_pass(NV);
+  constexpr bool kPair = kPairDot<T, NV> && std::is_same_v<C, T>;
   constexpr int64_t dim = NV * 16;
   const int64_t group = hq / hkv, span = g1 - g0, m_count = q_len * span;
   const int64_t row_stride = hkv * dim;
@@ -333,8 +339,8 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
   row_offsets(table, base, ctx_len, block_size, row_stride, kv_head * dim, offsets);
   for (int64_t m0 = 0; m0 < m_count; m0 += kPass) {
     const int mb = static_cast<int>(std::min<int64_t>(kPass, m_count - m0));
-    QueryTile<T, NV> query[kPass];
-    OutputTile<T, NV, kPass> output;
+    QueryTile<T, NV, kPair> query[kPass];
+    OutputTile<T, NV, kPass, kPair> output;
     T* out_row[kPass];
     int64_t first[kPass], last[kPass];
     float row_max[kPass], row_sum[kPass];
@@ -353,12 +359,12 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
     output.clear(mb);
     // The first pass asks for each chunk's rows ahead; the next passes find them in
     // L2 while the call's rows fit there.
-    const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+    const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(C));
     const bool ask_ahead = m0 == 0 || 2 * (hi - lo) * row_bytes > kRowsKeptInL2;
     alignas(64) float prob[kPass][kChunk];
-    static const T zero_row[NV * 16] = {};
-    const T* k_row[kChunk];
-    const T* v_row[kChunk];
+    static const C zero_row[NV * 16] = {};
+    const C* k_row[kChunk];
+    const C* v_row[kChunk];
     for (int64_t p0 = lo / kChunk * kChunk; p0 < hi; p0 += kChunk) {
       const int64_t n = std::min<int64_t>(kChunk, hi - p0);
       const int64_t* chunk_rows = offsets + (p0 - base);
@@ -387,7 +393,7 @@ void attend_one(T* out, const T* q, const T* key_cache, const T* value_cache,
           }
           // Rows outside [a, b) (a zero row past the chunk's end) only reach their own
           // lanes, which keep_range masks.
-          const T* const* rows = k_row + s;
+          const C* const* rows = k_row + s;
           const Vec16 sums = transpose_sum([&](int j) { return query[mi].dot(rows[j]); });
           scores[s / 16] = (sums * Vec16::broadcast(scale)).keep_range(a - s, b - s, kNegInf);
           top = Vec16::max(top, scores[s / 16]);

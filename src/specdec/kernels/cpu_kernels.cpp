@@ -53,6 +53,24 @@ using namespace specdec_kernels;
     return __VA_ARGS__();                                                      \
   }()
 
+// scalar_t: the activations' type; cache_t: the KV cache's, the activations' own or
+// float16 under float32 activations (kv_cache_dtype="float16").
+#define DISPATCH_ACTIVATION_CACHE(dtype, cache_dtype, NAME, ...)                          \
+  [&] {                                                                                   \
+    if ((dtype) == at::kFloat && (cache_dtype) == at::kHalf) {                            \
+      using scalar_t = float;                                                             \
+      using cache_t = Half;                                                               \
+      return __VA_ARGS__();                                                               \
+    }                                                                                     \
+    TORCH_CHECK((cache_dtype) == (dtype), NAME ": a KV cache in ", (cache_dtype),         \
+                " with ", (dtype), " activations (the cache takes the activations' dtype, " \
+                "or float16 under float32)");                                             \
+    return DISPATCH_FLOAT_BF16(dtype, NAME, [&] {                                         \
+      using cache_t = scalar_t;                                                           \
+      return __VA_ARGS__();                                                               \
+    });                                                                                   \
+  }()
+
 void check_cpu_contiguous(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be on the CPU");
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
@@ -119,9 +137,9 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
 
 // ------------------------------------------------------ RoPE + KV write ---
 
-template <typename T>
-void rope_write_kv_impl(T* q_out, const T* qkv, const T* cos, const T* sin, T* key_cache,
-                        T* value_cache, const int64_t* slots, int64_t tokens, int64_t hq,
+template <typename T, typename C>
+void rope_write_kv_impl(T* q_out, const T* qkv, const T* cos, const T* sin, C* key_cache,
+                        C* value_cache, const int64_t* slots, int64_t tokens, int64_t hq,
                         int64_t hkv, int64_t dim) {
   const int64_t width = (hq + 2 * hkv) * dim;
   at::parallel_for(0, tokens, 8, [&](int64_t begin, int64_t end) {
@@ -164,14 +182,13 @@ at::Tensor rope_write_kv(const at::Tensor& qkv, const at::Tensor& cos, const at:
   const int64_t tokens = qkv.size(0), hkv = cache.size(2), dim = cache.size(3);
   TORCH_CHECK(qkv.size(1) == (num_heads + 2 * hkv) * dim, "qkv width does not match the heads");
   auto dtype = qkv.scalar_type();
-  TORCH_CHECK(cache.scalar_type() == dtype, "qkv and cache must share a dtype");
   check_rope_tables(cos, sin, tokens, dim, dtype);
   const int64_t num_slots = cache.size(1);
   const int64_t* slots = checked_slots(slot_mapping, tokens, num_slots);
   auto q = at::empty({tokens, num_heads, dim}, qkv.options());
-  DISPATCH_FLOAT_BF16(dtype, "rope_write_kv", [&] {
-    scalar_t* base = cache.data_ptr<scalar_t>();
-    rope_write_kv_impl<scalar_t>(q.data_ptr<scalar_t>(), qkv.data_ptr<scalar_t>(),
+  DISPATCH_ACTIVATION_CACHE(dtype, cache.scalar_type(), "rope_write_kv", [&] {
+    cache_t* base = cache.data_ptr<cache_t>();
+    rope_write_kv_impl<scalar_t, cache_t>(q.data_ptr<scalar_t>(), qkv.data_ptr<scalar_t>(),
                                  cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(), base,
                                  base + num_slots * hkv * dim, slots, tokens, num_heads, hkv,
                                  dim);
@@ -221,10 +238,10 @@ bool has_amx_attention() {
 #endif
 }
 
-// The AMX kernel for bfloat16 where it applies; false where the caller must run the
-// vector kernel.
-template <typename T>
-bool try_amx_attention(T*, const T*, const T*, const T*, const int32_t*, int64_t,
+// The AMX kernel for bfloat16 (queries and cache) where it applies; false where the
+// caller must run the vector kernel.
+template <typename T, typename C>
+bool try_amx_attention(T*, const T*, const C*, const C*, const int32_t*, int64_t,
                        const int32_t*, const int32_t*, const int32_t*, int64_t, int64_t,
                        int64_t, int64_t, int64_t, float, int64_t) {
   return false;
@@ -232,12 +249,14 @@ bool try_amx_attention(T*, const T*, const T*, const T*, const int32_t*, int64_t
 
 #if defined(SPECDEC_HAS_AMX)
 template <>
-bool try_amx_attention<BFloat16>(BFloat16* o, const BFloat16* qp, const BFloat16* key_cache,
-                                 const BFloat16* value_cache, const int32_t* tables,
-                                 int64_t max_blocks, const int32_t* qs, const int32_t* ql,
-                                 const int32_t* cl, int64_t batch, int64_t hq, int64_t hkv,
-                                 int64_t dim, int64_t block_size, float scale,
-                                 int64_t sliding_window) {
+bool try_amx_attention<BFloat16, BFloat16>(BFloat16* o, const BFloat16* qp,
+                                           const BFloat16* key_cache,
+                                           const BFloat16* value_cache, const int32_t* tables,
+                                           int64_t max_blocks, const int32_t* qs,
+                                           const int32_t* ql, const int32_t* cl, int64_t batch,
+                                           int64_t hq, int64_t hkv, int64_t dim,
+                                           int64_t block_size, float scale,
+                                           int64_t sliding_window) {
   if (!use_amx_attention || dim % 32 != 0 || block_size % 16 != 0 || !amx_usable())
     return false;
   auto run = [&](auto attend) {
@@ -313,8 +332,7 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
                      int64_t block_size, double scale, int64_t sliding_window) {
   check_cpu_contiguous(out, "out");
   check_cpu_contiguous(q, "q");
-  TORCH_CHECK(q.scalar_type() == cache.scalar_type() && out.scalar_type() == q.scalar_type(),
-              "q, out and cache must share a dtype");
+  TORCH_CHECK(out.scalar_type() == q.scalar_type(), "q and out must share a dtype");
   const int64_t hq = q.size(1), hkv = cache.size(2), dim = cache.size(3);
   TORCH_CHECK(q.size(2) == dim && hq % hkv == 0 && out.sizes() == q.sizes(), "bad head shapes");
   TORCH_CHECK(supports_head_dim(dim), "paged_attention: unsupported head_dim ", dim);
@@ -327,9 +345,9 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
   const int32_t* qs = group.query_start;
   const int32_t* ql = group.query_len;
   const int32_t* cl = group.context_len;
-  DISPATCH_FLOAT_BF16(q.scalar_type(), "paged_attention", [&] {
-    const scalar_t* key_cache = cache.data_ptr<scalar_t>();
-    const scalar_t* value_cache = key_cache + num_slots * hkv * dim;
+  DISPATCH_ACTIVATION_CACHE(q.scalar_type(), cache.scalar_type(), "paged_attention", [&] {
+    const cache_t* key_cache = cache.data_ptr<cache_t>();
+    const cache_t* value_cache = key_cache + num_slots * hkv * dim;
     scalar_t* o = out.data_ptr<scalar_t>();
     const scalar_t* qp = q.data_ptr<scalar_t>();
     if (try_amx_attention(o, qp, key_cache, value_cache, tables, max_blocks, qs, ql, cl, batch,
@@ -353,11 +371,11 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
       });
     };
     switch (dim) {
-      case 16: return run(attend_one<scalar_t, 1>);
-      case 32: return run(attend_one<scalar_t, 2>);
-      case 64: return run(attend_one<scalar_t, 4>);
-      case 128: return run(attend_one<scalar_t, 8>);
-      default: return run(attend_one<scalar_t, 16>);
+      case 16: return run(attend_one<scalar_t, 1, cache_t>);
+      case 32: return run(attend_one<scalar_t, 2, cache_t>);
+      case 64: return run(attend_one<scalar_t, 4, cache_t>);
+      case 128: return run(attend_one<scalar_t, 8, cache_t>);
+      default: return run(attend_one<scalar_t, 16, cache_t>);
     }
   });
 }
@@ -907,8 +925,8 @@ at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Ten
     const LayerWeights& w = *layers[i];
     const at::Tensor& c = caches[i];
     check_cpu_contiguous(c, "cache");
-    TORCH_CHECK(c.sizes() == cache0.sizes() && c.scalar_type() == dtype,
-                "every layer's cache must match the first's shape and the hidden dtype");
+    TORCH_CHECK(c.sizes() == cache0.sizes() && c.scalar_type() == cache0.scalar_type(),
+                "every layer's cache must match the first's shape and dtype");
     TORCH_CHECK(w.num_heads == hq, "every layer must have the first's query heads");
     for (const at::Tensor* n : {&w.input_norm, &w.post_norm}) {
       check_cpu_contiguous(*n, "norm weight");
@@ -926,10 +944,10 @@ at::Tensor gguf_decoder_stack(at::Tensor h, const at::Tensor& cos, const at::Ten
     shape(w.down, inter, hidden, "down");
   }
   at::Tensor out = at::empty_like(h);
-  DISPATCH_FLOAT_BF16(dtype, "decoder_stack", [&] {
-    std::vector<scalar_t*> cache_ptrs;
-    for (const at::Tensor& c : caches) cache_ptrs.push_back(c.data_ptr<scalar_t>());
-    gguf_stack<scalar_t>(h.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+  DISPATCH_ACTIVATION_CACHE(dtype, cache0.scalar_type(), "decoder_stack", [&] {
+    std::vector<cache_t*> cache_ptrs;
+    for (const at::Tensor& c : caches) cache_ptrs.push_back(c.data_ptr<cache_t>());
+    gguf_stack<scalar_t, cache_t>(h.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
                          cos.data_ptr<scalar_t>(), sin.data_ptr<scalar_t>(), cache_ptrs,
                          num_slots, slots, tokens, hidden, hkv, dim, layers,
                          final_norm.data_ptr<scalar_t>(), static_cast<float>(eps), group);

@@ -115,28 +115,29 @@ inline void kv_runs(int64_t i0, int64_t i1, int64_t hq, int64_t group, const Bod
   }
 }
 
-template <typename T>
-using AttendFn = void (*)(T*, const T*, const T*, const T*, const int32_t*, int64_t, int64_t,
+template <typename T, typename C>
+using AttendFn = void (*)(T*, const T*, const C*, const C*, const int32_t*, int64_t, int64_t,
                           int64_t, int64_t, int64_t, int64_t, int64_t, float, int64_t, int64_t,
                           int64_t);
 
-template <typename T>
-AttendFn<T> attend_for(int64_t dim) {
+template <typename T, typename C>
+AttendFn<T, C> attend_for(int64_t dim) {
   switch (dim) {
-    case 16: return attend_one<T, 1>;
-    case 32: return attend_one<T, 2>;
-    case 64: return attend_one<T, 4>;
-    case 128: return attend_one<T, 8>;
-    default: return attend_one<T, 16>;
+    case 16: return attend_one<T, 1, C>;
+    case 32: return attend_one<T, 2, C>;
+    case 64: return attend_one<T, 4, C>;
+    case 128: return attend_one<T, 8, C>;
+    default: return attend_one<T, 16, C>;
   }
 }
 
 }  // namespace stack
 
 // h [tokens, hidden]: the residual stream, updated in place; out [tokens, hidden]: the
-// final norm of the stream after the last layer. caches[i]: layer i's [2, slots, Hkv, D].
-template <typename T>
-void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>& caches,
+// final norm of the stream after the last layer. caches[i]: layer i's [2, slots, Hkv, D]
+// in C (T, or float16 under float32 activations).
+template <typename T, typename C>
+void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>& caches,
                 int64_t num_slots, const int64_t* slots, int64_t tokens, int64_t hidden,
                 int64_t hkv, int64_t dim,
                 const std::vector<std::shared_ptr<LayerWeights>>& layers,
@@ -170,7 +171,7 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
   quant::reset_rows(xq_act, tokens, inter);
   std::vector<quant::QuantizedRows> xq_own(private_rows ? team_size : 0);
   for (quant::QuantizedRows& xq : xq_own) quant::reset_rows(xq, tokens, hidden);
-  const stack::AttendFn<T> attend = stack::attend_for<T>(dim);
+  const stack::AttendFn<T, C> attend = stack::attend_for<T, C>(dim);
   // Whole 32-blocks per head: the thread that attends a head quantises its output
   // (o_proj's input) itself, with no phase and barrier of its own. Every token of the
   // step is a query of one request (the kernel group's rows), so every block is written.
@@ -221,8 +222,8 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       norm_rows(r0, r1, res, add, weight, eps, normed, &xq_normed);
     };
     // Ask for this thread's attention items' cached K/V rows (up to kKvPrefetchBytes).
-    auto prefetch_kv = [&](const T* key_cache, const T* value_cache) {
-      const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+    auto prefetch_kv = [&](const C* key_cache, const C* value_cache) {
+      const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(C));
       int64_t budget = stack::kKvPrefetchBytes / (2 * row_bytes);  // positions
       auto each = [&](int64_t b, int64_t kv, int64_t, int64_t) {
         const int64_t known = attn.context_len[b] - attn.query_len[b];
@@ -252,18 +253,18 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
     };
     // q|k|v for this thread's heads, each rotated (q, k) and written to the cache (k, v)
     // as soon as it is projected: no barrier between the projection and RoPE.
-    auto qkv_rope = [&](const LayerWeights& w, T* key_cache, T* value_cache) {
+    auto qkv_rope = [&](const LayerWeights& w, C* key_cache, C* value_cache) {
       project(w.qkv, qkv_groups, xq_normed, qkv, first_weights(w.o_proj, groups_of(w.o_proj)));
       for (int64_t t = 0; t < tokens; ++t) {
         const T* src = qkv + t * qkv_width;
         const T *c = cos + t * dim, *s = sin + t * dim;
-        T* k_slot = key_cache + slots[t] * hkv * dim;
-        T* v_slot = value_cache + slots[t] * hkv * dim;
+        C* k_slot = key_cache + slots[t] * hkv * dim;
+        C* v_slot = value_cache + slots[t] * hkv * dim;
         for (int64_t u = u0; u < u1; ++u) {
           const T* head = src + u * dim;
           if (u < hq) rope(q + t * q_width + u * dim, head, c, s, dim);
           else if (u < hq + hkv) rope(k_slot + (u - hq) * dim, head, c, s, dim);
-          else std::copy(head, head + dim, v_slot + (u - hq - hkv) * dim);
+          else convert_row(v_slot + (u - hq - hkv) * dim, head, dim);
         }
       }
     };
@@ -294,8 +295,8 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<T*>&
       const LayerWeights& w = *layers[li];
       const LayerWeights* next = li + 1 < layers.size() ? layers[li + 1].get() : nullptr;
       const float eps = static_cast<float>(w.eps);
-      T* key_cache = caches[li];
-      T* value_cache = key_cache + num_slots * hkv * dim;
+      C* key_cache = caches[li];
+      C* value_cache = key_cache + num_slots * hkv * dim;
       if (li == 0) prefetch_next(&w.qkv, qkv_groups);
       norm_stream(li == 0 ? nullptr : down, w.input_norm.data_ptr<T>(), eps);
       prefetch_kv(key_cache, value_cache);

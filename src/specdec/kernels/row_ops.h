@@ -57,9 +57,10 @@ inline void silu_mul_range(T* out, const T* gate, const T* up, int64_t i0, int64
 }
 
 // x*cos + rotate_half(x)*sin with each product and the sum rounded to T, exactly as
-// the eager formulation rounds (no fused multiply-add: built with -ffp-contract=off).
-template <typename T>
-inline void rope(T* dst, const T* x, const T* cos, const T* sin, int64_t dim) {
+// the eager formulation rounds (no fused multiply-add: built with -ffp-contract=off);
+// stored in D (a key into a float16 cache: that sum rounded once more, to half).
+template <typename T, typename D = T>
+inline void rope(D* dst, const T* x, const T* cos, const T* sin, int64_t dim) {
   const int64_t half = dim / 2, nv = half / 16 * 16;
   const Vec16 zero = Vec16::zero();
   for (int64_t i = 0; i < nv; i += 16) {
@@ -76,19 +77,20 @@ inline void rope(T* dst, const T* x, const T* cos, const T* sin, int64_t dim) {
     const float lo = to_f(from_f<T>(a * to_f(cos[i]))) + to_f(from_f<T>(-b * to_f(sin[i])));
     const float hi = to_f(from_f<T>(b * to_f(cos[i + half]))) +
                      to_f(from_f<T>(a * to_f(sin[i + half])));
-    dst[i] = from_f<T>(lo);
-    dst[i + half] = from_f<T>(hi);
+    dst[i] = from_f<D>(to_f(from_f<T>(lo)));
+    dst[i + half] = from_f<D>(to_f(from_f<T>(hi)));
   }
 }
 
 // One token: rotated queries into q_out [hq, dim]; rotated key and value written at the
-// token's cache slot (k_slot, v_slot: [hkv, dim] each). src is its q | k | v row.
-template <typename T>
-inline void rope_write_token(T* q_out, const T* src, const T* cos, const T* sin, T* k_slot,
-                             T* v_slot, int64_t hq, int64_t hkv, int64_t dim) {
+// token's cache slot (k_slot, v_slot: [hkv, dim] each, in the cache's dtype C). src is
+// its q | k | v row.
+template <typename T, typename C>
+inline void rope_write_token(T* q_out, const T* src, const T* cos, const T* sin, C* k_slot,
+                             C* v_slot, int64_t hq, int64_t hkv, int64_t dim) {
   for (int64_t h = 0; h < hq; ++h) rope(q_out + h * dim, src + h * dim, cos, sin, dim);
   for (int64_t h = 0; h < hkv; ++h) rope(k_slot + h * dim, src + (hq + h) * dim, cos, sin, dim);
-  std::copy(src + (hq + hkv) * dim, src + (hq + 2 * hkv) * dim, v_slot);
+  convert_row(v_slot, src + (hq + hkv) * dim, hkv * dim);
 }
 
 }  // namespace specdec_kernels

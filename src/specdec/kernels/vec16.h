@@ -1,12 +1,14 @@
 // Vec16: sixteen float lanes for the CPU kernels (AVX-512, AVX2 + FMA or a portable
-// fallback), with exact bfloat16 <-> float conversions.
+// fallback), with exact bfloat16 <-> float conversions, and IEEE half ones (KV caches).
 #pragma once
 
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -15,6 +17,7 @@
 namespace specdec_kernels {
 
 using c10::BFloat16;
+using c10::Half;
 
 // exp(x) on the x86 forms: n = round(x log2 e), r = x - n ln 2 (ln 2 in two parts),
 // exp(r) by Taylor (coefficients highest first), times 2^n; x clamped above, 0 below.
@@ -27,7 +30,8 @@ constexpr float kExpTaylor[7] = {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 
 // where it targets AVX2 (with FMA), plain arrays (auto-vectorised) elsewhere. exp() is
 // the same polynomial on both x86 forms, so the same values. Loads from bfloat16 widen
 // exactly; stores to bfloat16 round to nearest even exactly as c10::BFloat16 does
-// (NaN -> 0x7FC0).
+// (NaN -> 0x7FC0). Half loads widen exactly; half stores round to nearest even, as
+// c10::Half(float) does (F16C's conversions; the portable form calls c10's).
 
 #if defined(__AVX512F__)
 
@@ -40,6 +44,9 @@ struct Vec16 {
     __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))};
   }
+  static Vec16 load(const Half* p) {
+    return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
   static __m512i rne_bits(__m512 x) {  // float -> bf16 bits in the low half of each lane
     const __m512i u = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
@@ -51,6 +58,10 @@ struct Vec16 {
   void store(float* p) const { _mm512_storeu_ps(p, v); }
   void store(BFloat16* p) const {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rne_bits(v)));
+  }
+  void store(Half* p) const {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   Vec16 round_bf16() const {  // the float value of store(BFloat16) then load
     return {_mm512_castsi512_ps(_mm512_slli_epi32(rne_bits(v), 16))};
@@ -102,6 +113,18 @@ struct Vec16 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
   }
   static Vec16 load(const BFloat16* p) { return {widen(p), widen(p + 8)}; }
+#if defined(__F16C__)
+  static __m256 widen(const Half* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static Vec16 load(const Half* p) { return {widen(p), widen(p + 8)}; }
+#else
+  static Vec16 load(const Half* p) {
+    alignas(32) float f[16];
+    for (int i = 0; i < 16; ++i) f[i] = static_cast<float>(p[i]);
+    return load(f);
+  }
+#endif
   static __m256i rne_bits(__m256 x) {  // float -> bf16 bits in the low half of each lane
     const __m256i u = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
@@ -118,6 +141,17 @@ struct Vec16 {
     const __m256i packed = _mm256_packus_epi32(rne_bits(lo), rne_bits(hi));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm256_permute4x64_epi64(packed, _MM_SHUFFLE(3, 1, 2, 0)));
+  }
+  void store(Half* p) const {
+#if defined(__F16C__)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8),
+                     _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+#else
+    alignas(32) float f[16];
+    store(f);
+    for (int i = 0; i < 16; ++i) p[i] = Half(f[i]);
+#endif
   }
   Vec16 round_bf16() const {  // the float value of store(BFloat16) then load
     return {_mm256_castsi256_ps(_mm256_slli_epi32(rne_bits(lo), 16)),
@@ -235,6 +269,19 @@ template <> inline Vec16 round_to<BFloat16>(Vec16 x) { return x.round_bf16(); }
 
 inline float to_f(float x) { return x; }
 inline float to_f(BFloat16 x) { return static_cast<float>(x); }
+inline float to_f(Half x) { return static_cast<float>(x); }
 template <typename T> inline T from_f(float x) { return static_cast<T>(x); }  // RNE for bf16
+
+// dst[0 .. n) = src's values in D (a row written to a KV cache of another dtype).
+template <typename D, typename S>
+inline void convert_row(D* dst, const S* src, int64_t n) {
+  if constexpr (std::is_same_v<D, S>) {
+    std::copy(src, src + n, dst);
+  } else {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) Vec16::load(src + i).store(dst + i);
+    for (; i < n; ++i) dst[i] = from_f<D>(to_f(src[i]));
+  }
+}
 
 }  // namespace specdec_kernels

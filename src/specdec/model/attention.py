@@ -16,6 +16,12 @@ Requests are split into attention groups (built once per step by the runner):
 * a *kernel group* (with the fused CPU kernels: decodes, drafts, queries of up to
   16 tokens and fresh prompts of up to 256): the block tables go straight to
   ``specdec.kernels`` paged attention, no gather at all.
+
+The cache may be stored in another dtype than the activations (``kv_cache_dtype``:
+float16 under a float32 model). Attention then sees K/V as stored in the cache: what
+it gathers is converted to the queries' dtype, and a fresh prefill rounds its own K/V
+through the cache dtype, so a prompt's values do not depend on whether its prefill
+read the cache (chunked, a prefix hit) or not.
 """
 
 from __future__ import annotations
@@ -68,9 +74,9 @@ class AttentionMetadata:
 
 
 def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-    """Store this step's keys/values ``[T, Hkv, D]`` at their slots."""
-    cache[0].index_copy_(0, slots, k)
-    cache[1].index_copy_(0, slots, v)
+    """Store this step's keys/values ``[T, Hkv, D]`` at their slots (in the cache dtype)."""
+    cache[0].index_copy_(0, slots, k.to(cache.dtype))
+    cache[1].index_copy_(0, slots, v.to(cache.dtype))
 
 
 def paged_attention(
@@ -83,25 +89,30 @@ def paged_attention(
 ) -> torch.Tensor:  # [T, Hq, D]
     gqa = q.shape[1] != k.shape[1]
     if len(meta.groups) == 1 and isinstance(meta.groups[0], FreshPrefill):
-        g = meta.groups[0]
-        return _causal(q[g.start : g.end], k[g.start : g.end], v[g.start : g.end], scale, gqa)
+        return _fresh(q, k, v, cache.dtype, meta.groups[0], scale, gqa)
     out = torch.empty_like(q)
     for g in meta.groups:
         if isinstance(g, FreshPrefill):
-            out[g.start : g.end] = _causal(
-                q[g.start : g.end], k[g.start : g.end], v[g.start : g.end], scale, gqa
-            )
+            out[g.start : g.end] = _fresh(q, k, v, cache.dtype, g, scale, gqa)
         else:
             _padded_into(out, q, cache, g, scale, gqa)
     return out
+
+
+def _fresh(q, k, v, cache_dtype: torch.dtype, g: FreshPrefill, scale: float, gqa: bool):
+    """Causal attention of a fresh prefill on its own K/V, as the cache stores them."""
+    q, k, v = q[g.start : g.end], k[g.start : g.end], v[g.start : g.end]
+    if cache_dtype != q.dtype:
+        k, v = k.to(cache_dtype).to(q.dtype), v.to(cache_dtype).to(q.dtype)
+    return _causal(q, k, v, scale, gqa)
 
 
 def _padded_into(out, q, cache, g: PaddedGroup, scale: float, gqa: bool) -> None:
     """Gather the group's context through its slots and run one masked SDPA call."""
     batch, ctx = g.kv_slots.shape
     flat = g.kv_slots.view(-1)
-    keys = cache[0].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
-    values = cache[1].index_select(0, flat).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
+    keys = _gather(cache[0], flat, q.dtype).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
+    values = _gather(cache[1], flat, q.dtype).view(batch, ctx, *cache.shape[2:]).transpose(1, 2)
     if g.uniform_single_query:
         start = int(g.query_index[0, 0])
         num = g.query_index.shape[0]
@@ -136,11 +147,16 @@ def fused_paged_attention(
             )
         elif isinstance(g, FreshPrefill):
             slots = meta.slot_mapping[g.start : g.end]
-            keys, values = cache[0].index_select(0, slots), cache[1].index_select(0, slots)
+            keys, values = _gather(cache[0], slots, q.dtype), _gather(cache[1], slots, q.dtype)
             out[g.start : g.end] = _causal(q[g.start : g.end], keys, values, scale, gqa)
         else:
             _padded_into(out, q, cache, g, scale, gqa)
     return out
+
+
+def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The cache rows at ``slots``, in ``dtype`` (a no-op conversion where it is stored so)."""
+    return cache.index_select(0, slots).to(dtype)
 
 
 def _causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, gqa: bool):

@@ -50,6 +50,14 @@ def resolve_dtype(name: str) -> torch.dtype:
     return _TORCH_DTYPES[name]
 
 
+def resolve_kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    """``EngineConfig.kv_cache_dtype`` once the model dtype is known: "auto" is the model's."""
+    from specdec.config import check_kv_cache_dtype
+
+    check_kv_cache_dtype(name, str(model_dtype).removeprefix("torch."))
+    return model_dtype if name == "auto" else _TORCH_DTYPES[name]
+
+
 @functools.cache
 def fastest_matmul_dtype() -> torch.dtype:
     """The faster of bf16 and fp32 for batched-decode matmuls on this machine.

@@ -58,7 +58,8 @@ class DraftModelProposer:
         self.kv = KVCacheManager(num_blocks, engine_cfg.block_size)
         # Owns the shadows' num_computed_tokens; the proposer places their tokens itself.
         self.scheduler = Scheduler(SchedulerConfig(), self.kv)
-        self.runner = ModelRunner(model, num_blocks, engine_cfg.block_size, dtype, kernels)
+        self.runner = ModelRunner(model, num_blocks, engine_cfg.block_size, dtype, kernels,
+                                  kv_cache_dtype=context.kv_cache_dtype)
         self.generator = torch.Generator().manual_seed(engine_cfg.seed or 0)
         self._shadows: dict[str, Request] = {}
 
