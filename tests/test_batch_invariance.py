@@ -2,8 +2,9 @@
 and bit-identical log-probabilities alone, in a batch of 16, with its prefill chunked,
 after a prefix-cache hit, and with n-gram speculation verifying drafts.
 
-Five engines: the bundled GGUF model on its quantized projections (whose per-row
-arithmetic does not depend on the number of rows), the same with a float16 KV cache, a
+Six engines: the bundled GGUF model on its quantized projections (whose per-row
+arithmetic does not depend on the number of rows), the same with attention read in
+partitions of 64 positions (merged per query) and with a float16 KV cache, a
 model whose projections run one row at a time, which isolates the rest of the step
 (attention over the paged cache, norms, RoPE, the LM head, sampling), dense bfloat16
 with its default options (the fused kernels' batch-invariant projections, where they
@@ -53,8 +54,25 @@ def row_by_row(llm: LLM) -> LLM:
     return llm
 
 
+def partitions_of_64(llm: LLM) -> LLM:
+    """Attention read in partitions of 64 positions (512 by default, which these prompts
+    fit in): every decode's and chunk's queries merge several partitions' results."""
+    kernels.load().set_attention_partition(64)
+    return llm
+
+
+@pytest.fixture(autouse=True)
+def default_partition():
+    k = kernels.load()
+    was = k.set_attention_partition(512) if k is not None else None
+    yield
+    if k is not None:
+        k.set_attention_partition(was)
+
+
 ENGINES = {
     "gguf": lambda **kw: LLM(quantization="gguf", **kw),
+    "gguf-partitions-of-64": lambda **kw: partitions_of_64(LLM(quantization="gguf", **kw)),
     "gguf-f16-kv": lambda **kw: LLM(quantization="gguf", dtype="float32",
                                     kv_cache_dtype="float16", **kw),
     "row-by-row": lambda **kw: row_by_row(LLM(quantization="none", dtype="float32", **kw)),

@@ -129,6 +129,18 @@ def amx_attention(request):
     K.set_amx_attention(was)
 
 
+@pytest.fixture(params=[None, 64], ids=["partitions-of-512", "partitions-of-64"])
+def partition(request):
+    """Positions per attention partition: the default (contexts here fit one) and 64,
+    so that queries read several partitions whose results are merged."""
+    if request.param is None:
+        yield None
+        return
+    was = K.set_attention_partition(request.param)
+    yield request.param
+    K.set_attention_partition(was)
+
+
 def paged_case(dtype, head_dim, context, q_lens, bs=16, hkv=3, group=3, seed=3):
     """Requests' contexts in shuffled blocks of a cache whose unused rows hold NaN."""
     torch.manual_seed(seed)
@@ -153,7 +165,7 @@ def paged_case(dtype, head_dim, context, q_lens, bs=16, hkv=3, group=3, seed=3):
                          ids=["fp32", "bf16", "bf16-amx"])
 @pytest.mark.parametrize("head_dim", [64, 16, 128, 256])
 @pytest.mark.parametrize("window", [0, 9])
-def test_paged_attention(amx_attention, head_dim, window):
+def test_paged_attention(amx_attention, head_dim, window, partition):
     """Ragged queries (decodes, verifications, a chunk: 3 to 48 queries per KV head)
     through shuffled block tables; rows past each context hold NaN and must not leak."""
     dtype = amx_attention
@@ -167,7 +179,7 @@ def test_paged_attention(amx_attention, head_dim, window):
 
 @pytest.mark.parametrize("amx_attention", KERNEL_PATHS[1:], indirect=True, ids=["bf16", "bf16-amx"])
 @pytest.mark.parametrize("bs", [32, 48])
-def test_paged_attention_long_context_large_blocks(amx_attention, bs):
+def test_paged_attention_long_context_large_blocks(amx_attention, bs, partition):
     """Contexts of several hundred positions in blocks of 32 and 48 (the AMX kernel
     reads 16-row slices of them), one KV head group of 8, a 5-token verification."""
     q, cache, tables, args = paged_case(amx_attention, 64, [700, 333, 17], [1, 5, 1], bs=bs,
@@ -180,7 +192,8 @@ def test_paged_attention_long_context_large_blocks(amx_attention, bs):
 
 @pytest.mark.parametrize("head_dim", [64, 16, 128, 256])
 @pytest.mark.parametrize("window", [0, 9])
-def test_paged_attention_float16_cache_is_the_float32_cache_of_its_values(head_dim, window):
+def test_paged_attention_float16_cache_is_the_float32_cache_of_its_values(head_dim, window,
+                                                                          partition):
     """float32 queries over a float16 cache: bit for bit the result over a float32 cache
     holding the same (half) values, so the cache's dtype changes what is stored, never
     how attention computes; rows past each context hold NaN and must not leak."""
@@ -368,10 +381,12 @@ def test_decode_and_verification_attend_identically(amx_attention):
 @pytest.mark.parametrize("amx_attention", KERNEL_PATHS[:2], indirect=True, ids=["fp32", "bf16"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("window", [0, 50])
-def test_vector_attention_query_alone_equals_in_a_chunk(amx_attention, head_dim, window):
+def test_vector_attention_query_alone_equals_in_a_chunk(amx_attention, head_dim, window,
+                                                        partition):
     """The vector kernel runs a chunk's queries in passes of several (each pass reading
     the K/V rows once); every query of a 37-token chunk (passes of different makeups,
-    masked rows inside them) equals the same query run alone, bit for bit."""
+    masked rows inside them; with partitions of 64, queries reading two or three
+    partitions next to ones reading one) equals the same query run alone, bit for bit."""
     ctx, chunk = 150, 37
     q, cache, tables, _ = paged_case(amx_attention, head_dim, [ctx], [chunk], seed=13)
     lens = [torch.tensor([v], dtype=torch.int32) for v in (0, chunk, ctx)]
@@ -382,6 +397,26 @@ def test_vector_attention_query_alone_equals_in_a_chunk(amx_attention, head_dim,
         one = [torch.tensor([v], dtype=torch.int32) for v in (0, 1, ctx - chunk + i + 1)]
         K.paged_attention(alone, q[i : i + 1].contiguous(), cache, tables, *one, 16, 0.1, window)
         assert torch.equal(alone[0], together[i]), f"query {i}"
+
+
+def test_partitioned_attention_does_not_depend_on_the_threads(partition):
+    """A long context's (request, KV head, partition) tasks split across 1, 2 or 7
+    threads: the same merged values; and the partition size is checked."""
+    q, cache, tables, args = paged_case(torch.float32, 64, [700, 333, 17], [1, 5, 1], hkv=2,
+                                        group=8, seed=5)
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 7):
+            torch.set_num_threads(threads)
+            out = torch.empty_like(q)
+            K.paged_attention(out, q, cache, tables, *args, 16, 0.125, 0)
+            results.append(out)
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(r, results[0]) for r in results[1:])
+    with pytest.raises(ValueError, match="multiple of 64"):
+        K.set_attention_partition(100)
 
 
 def test_core_round_trip_is_measured_between_two_cpus(monkeypatch):

@@ -217,6 +217,42 @@ def test_stack_and_per_layer_paths_with_a_float16_cache(stack_model_dir, variant
         torch.testing.assert_close(stack, eager, atol=1e-4, rtol=1e-4)
 
 
+@pytest.fixture
+def partitions_of_64():
+    """Attention partitions of 64 positions: the steps below read two or more."""
+    was = K.set_attention_partition(64)
+    yield
+    K.set_attention_partition(was)
+
+
+@pytest.mark.parametrize("variant", ["plain", "gguf"])
+@pytest.mark.parametrize("cache_dtype", [None, torch.float16], ids=["auto", "float16"])
+def test_stack_and_per_layer_paths_merge_partitions_alike(stack_model_dir, variant, cache_dtype,
+                                                         partitions_of_64):
+    """Prompts of 150 and 70 tokens over partitions of 64 (tasks per KV head and
+    partition; the rows past 64 merged in a phase of their own): the stack and the
+    per-layer path give the same hidden states and caches, on 1, 2 and 7 threads, and
+    agree with the eager forward."""
+    model = load_model(stack_model_dir, torch.float32, variant)
+    prompts = [list(range(5, 155)), list(range(300, 370)), [9]]
+    before = torch.get_num_threads()
+    try:
+        stacks = []
+        for threads in (1, 2, 7):
+            torch.set_num_threads(threads)
+            stacks.append(prompt_step(model, prompts, "stack", cache_dtype))
+    finally:
+        torch.set_num_threads(before)
+    per_layer, layer_caches = prompt_step(model, prompts, "per_layer", cache_dtype)
+    for stack, stack_caches in stacks:
+        assert torch.equal(stack, per_layer)
+        for a, b in zip(stack_caches, layer_caches, strict=True):
+            assert torch.equal(a, b)
+    if variant != "gguf":  # gguf: int8 activations, not eager's
+        eager, _ = prompt_step(model, prompts, "eager", cache_dtype)
+        torch.testing.assert_close(per_layer, eager, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", list(STEP_PROMPTS))
 def test_gguf_stack_does_not_depend_on_the_thread_count(stack_model_dir, dtype, rows):

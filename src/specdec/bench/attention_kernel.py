@@ -7,15 +7,17 @@ heads of 64), so its K/V rows come from memory as in a decode step. Prints the t
 layer (best of ``--repeats`` passes over the layers) and the K/V bytes it read per
 second. ``paged_attention`` with one request splits it by KV head across threads.
 ``--kv-cache-dtype float16`` keeps float32 queries over a half cache (the engine's
-``kv_cache_dtype="float16"``)::
+``kv_cache_dtype="float16"``); ``--partition`` sets the positions per attention task
+(512 by default; one at least the context long reads it whole, a task per query head)::
 
     python -m specdec.bench.attention_kernel [--threads 1 2] [--query-len 1 5] \
-        [--kv-cache-dtype auto float16]
+        [--kv-cache-dtype auto float16] [--partition 512 2048]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -69,6 +71,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--kv-cache-dtype", nargs="+", choices=["auto", "float16"],
                         default=["auto"], help="the cache's dtype (auto: the queries')")
+    parser.add_argument("--partition", type=int, nargs="+", default=[512],
+                        help="positions per attention partition (multiples of 64)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--query-len", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--repeats", type=int, default=5)
@@ -90,14 +94,17 @@ def main() -> None:
     for threads in args.threads:
         torch.set_num_threads(threads)
         for query_len in args.query_len:
-            for caches, table in runs.values():
+            for (caches, table), partition in itertools.product(runs.values(), args.partition):
+                was = k.set_attention_partition(partition)
                 s = seconds_per_layer(k, caches, table, args.context, query_len,
                                       args.query_heads, args.repeats, dtype)
+                k.set_attention_partition(was)
                 kv_bytes = (2 * args.context * args.kv_heads * args.head_dim
                             * caches[0].element_size())
                 print(f"threads {threads}, {query_len} new token(s), kv cache "
-                      f"{str(caches[0].dtype).removeprefix('torch.')}: {s * 1e6:8.1f} us a "
-                      f"layer, K/V read at {kv_bytes / s / 1e9:5.1f} GB/s")
+                      f"{str(caches[0].dtype).removeprefix('torch.')}, partitions of "
+                      f"{partition}: {s * 1e6:8.1f} us a layer, K/V read at "
+                      f"{kv_bytes / s / 1e9:5.1f} GB/s")
 
 
 if __name__ == "__main__":

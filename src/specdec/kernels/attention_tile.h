@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "vec16.h"
@@ -162,7 +163,8 @@ struct OutputTile {
     }
 #endif
   }
-  void store(int m, T* dst, float inv) const {
+  template <typename D>
+  void store(int m, D* dst, float inv) const {
     for (int v = 0; v < NV; ++v) (acc[m][v] * Vec16::broadcast(inv)).store(dst + 16 * v);
   }
 };
@@ -181,8 +183,8 @@ inline void interleave_rows(const T* a, const T* b, __m512i* pairs) {
 
 // Scale and store a bf16 head accumulated by pair dot products, whose lanes are in
 // unpack order: acc[2h] lane 4L+k holds element 32h+8L+k, acc[2h+1] element 32h+8L+4+k.
-template <int NV>
-inline void store_pair_lanes(const __m512* acc, BFloat16* dst, float inv) {
+template <int NV, typename D>
+inline void store_pair_lanes(const __m512* acc, D* dst, float inv) {
   const __m512 scale = _mm512_set1_ps(inv);
   for (int h = 0; h < NV / 2; ++h) {
     const __m512 lo = _mm512_mul_ps(acc[2 * h], scale);
@@ -238,7 +240,8 @@ struct OutputTile<T, NV, kPass, true> {
       }
     }
   }
-  void store(int m, T* dst, float inv) const { store_pair_lanes<NV>(acc[m], dst, inv); }
+  template <typename D>
+  void store(int m, D* dst, float inv) const { store_pair_lanes<NV>(acc[m], dst, inv); }
 };
 #endif
 
@@ -312,10 +315,78 @@ inline void prefetch_rows(const int64_t* offsets, int64_t n, const T* key_cache,
   }
 }
 
-// One (request, KV head): its M = q_len x (g1 - g0) queries (query heads g0 .. g1 of
-// the G sharing the KV head) attend causally to the request's context through its
-// block table. A query's values do not depend on the others run with it: any split of
-// a group's heads gives the same output.
+// ---------------------------------------------------- position partitions ---
+// A long context is read in partitions of partition_size() positions (vLLM's paged
+// attention v2, flash-decoding): each (request, KV head, partition) is a task of its
+// own, so a decode's few KV heads still split evenly across threads and no two threads
+// read the same rows. A query whose positions fall in one partition is computed whole,
+// as without partitions; one spanning several leaves each partition's unnormalised
+// output, max and sum (Partials), merged in partition order (merge_partitions). The
+// boundaries are fixed multiples of the size, so a query's values depend on its
+// position and context only, never on the batch, the chunk or the threads.
+inline int64_t& partition_size_setting() {
+  static int64_t size = 512;  // a multiple of kChunk
+  return size;
+}
+inline int64_t partition_size() { return partition_size_setting(); }
+
+// The positions query i of a request reads: [first, last].
+struct QuerySpan {
+  int64_t first, last;
+  int64_t first_part(int64_t size) const { return first / size; }
+  int64_t last_part(int64_t size) const { return last / size; }
+  bool split(int64_t size) const { return first / size != last / size; }
+};
+
+inline QuerySpan query_span(int64_t ctx_len, int64_t q_len, int64_t i, int64_t window) {
+  const int64_t last = ctx_len - q_len + i;
+  return {window > 0 ? std::max<int64_t>(0, last - window + 1) : 0, last};
+}
+
+// The partitions a request's queries read: [first, last].
+inline std::pair<int64_t, int64_t> request_parts(int64_t ctx_len, int64_t q_len,
+                                                 int64_t window) {
+  const int64_t size = partition_size();
+  return {query_span(ctx_len, q_len, 0, window).first / size, (ctx_len - 1) / size};
+}
+
+// Where queries spanning several partitions leave each one's result: for query row t,
+// query head h, partition p (of at most max_parts), acc[((t * hq + h) * max_parts + p) *
+// dim ..] the unnormalised output and stats[.. * 2] its max and sum.
+struct Partials {
+  float* acc = nullptr;
+  float* stats = nullptr;
+  int64_t hq = 0, max_parts = 0, dim = 0;
+  int64_t slot(int64_t t, int64_t h, int64_t p) const { return (t * hq + h) * max_parts + p; }
+};
+
+// Query row t, head h (positions span) from its partitions' results, in partition order:
+// out = sum_p e^(m_p - m) acc_p / sum_p e^(m_p - m) l_p, m the largest m_p.
+template <typename T>
+inline void merge_partitions(T* out, const Partials& partials, int64_t t, int64_t h,
+                             const QuerySpan& span) {
+  const int64_t size = partition_size(), p0 = span.first_part(size), p1 = span.last_part(size);
+  const float* stats = partials.stats + 2 * partials.slot(t, h, 0);
+  float top = kNegInf;
+  for (int64_t p = p0; p <= p1; ++p) top = std::max(top, stats[2 * p]);
+  float sum = 0.f;
+  for (int64_t p = p0; p <= p1; ++p) sum += std::exp(stats[2 * p] - top) * stats[2 * p + 1];
+  const Vec16 inv = Vec16::broadcast(1.f / sum);
+  for (int64_t d = 0; d < partials.dim; d += 16) {
+    Vec16 acc = Vec16::zero();
+    for (int64_t p = p0; p <= p1; ++p)
+      acc = Vec16::fma(Vec16::broadcast(std::exp(stats[2 * p] - top)),
+                       Vec16::load(partials.acc + partials.slot(t, h, p) * partials.dim + d), acc);
+    (acc * inv).store(out + d);
+  }
+}
+
+// One (request, KV head, partition): its queries (query heads g0 .. g1 of the G sharing
+// the KV head, each of the request's q_len rows) that read positions in partition part
+// attend causally to them through the request's block table. A query whose positions
+// are all in this partition is written to out, normalised; one spanning several leaves
+// this partition's part in partials. A query's values do not depend on the others run
+// with it: any split of a group's heads gives the same output.
 // Up to kPass queries at a time keep their accumulators in registers; positions go
 // in chunks of kChunk with an online softmax, each K/V row read once per pass.
 // The cache holds C: T, or float16 under float32 queries (widened as loaded: the
@@ -324,33 +395,45 @@ template <typename T, int NV, typename C = T>
 void attend_one(T* out, const T* q, const C* key_cache, const C* value_cache,
                 const int32_t* table, int64_t q_start, int64_t q_len, int64_t ctx_len,
                 int64_t kv_head, int64_t hq, int64_t hkv, int64_t block_size, float scale,
-                int64_t window, int64_t g0, int64_t g1) {
+                int64_t window, int64_t g0, int64_t g1, int64_t part, const Partials& partials) {
   constexpr int kPass = queries_per_pass(NV);
   constexpr bool kPair = kPairDot<T, NV> && std::is_same_v<C, T>;
   constexpr int64_t dim = NV * 16;
-  const int64_t group = hq / hkv, span = g1 - g0, m_count = q_len * span;
+  const int64_t group = hq / hkv, span = g1 - g0;
   const int64_t row_stride = hkv * dim;
+  const int64_t size = partition_size(), part_lo = part * size, part_hi = part_lo + size;
+  // The queries reading this partition: rows i_lo .. i_hi (first and last grow with i).
+  int64_t i_lo = 0, i_hi = q_len;
+  while (i_lo < q_len && query_span(ctx_len, q_len, i_lo, window).last < part_lo) ++i_lo;
+  while (i_hi > i_lo && query_span(ctx_len, q_len, i_hi - 1, window).first >= part_hi) --i_hi;
+  if (i_hi <= i_lo) return;
   // Every position any query of the call reads, from its first chunk's start: their
   // cache rows looked up once, not per pass of queries.
   const int64_t first_read =
-      window > 0 ? std::max<int64_t>(0, ctx_len - q_len - window + 1) : 0;
+      std::max(part_lo, query_span(ctx_len, q_len, i_lo, window).first);
+  const int64_t end_read = std::min(ctx_len, part_hi);
   const int64_t base = first_read / kChunk * kChunk;
-  int64_t* const offsets = row_offset_buffer(ctx_len - base);
-  row_offsets(table, base, ctx_len, block_size, row_stride, kv_head * dim, offsets);
-  for (int64_t m0 = 0; m0 < m_count; m0 += kPass) {
-    const int mb = static_cast<int>(std::min<int64_t>(kPass, m_count - m0));
+  int64_t* const offsets = row_offset_buffer(end_read - base);
+  row_offsets(table, base, end_read, block_size, row_stride, kv_head * dim, offsets);
+  const int64_t m_end = i_hi * span;
+  for (int64_t m0 = i_lo * span; m0 < m_end; m0 += kPass) {
+    const int mb = static_cast<int>(std::min<int64_t>(kPass, m_end - m0));
     QueryTile<T, NV, kPair> query[kPass];
     OutputTile<T, NV, kPass, kPair> output;
-    T* out_row[kPass];
+    int64_t row[kPass], head_of[kPass];
+    bool whole[kPass];
     int64_t first[kPass], last[kPass];
     float row_max[kPass], row_sum[kPass];
     int64_t lo = ctx_len, hi = 0;
     for (int mi = 0; mi < mb; ++mi) {
       const int64_t m = m0 + mi, i = m / span, head = kv_head * group + g0 + m % span;
-      query[mi].load(q + ((q_start + i) * hq + head) * dim);
-      out_row[mi] = out + ((q_start + i) * hq + head) * dim;
-      last[mi] = ctx_len - q_len + i;
-      first[mi] = window > 0 ? std::max<int64_t>(0, last[mi] - window + 1) : 0;
+      row[mi] = q_start + i;
+      head_of[mi] = head;
+      query[mi].load(q + (row[mi] * hq + head) * dim);
+      const QuerySpan positions = query_span(ctx_len, q_len, i, window);
+      whole[mi] = !positions.split(size);
+      first[mi] = std::max(positions.first, part_lo);
+      last[mi] = std::min(positions.last, part_hi - 1);
       row_max[mi] = kNegInf;
       row_sum[mi] = 0.f;
       lo = std::min(lo, first[mi]);
@@ -360,7 +443,7 @@ void attend_one(T* out, const T* q, const C* key_cache, const C* value_cache,
     // The first pass asks for each chunk's rows ahead; the next passes find them in
     // L2 while the call's rows fit there.
     const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(C));
-    const bool ask_ahead = m0 == 0 || 2 * (hi - lo) * row_bytes > kRowsKeptInL2;
+    const bool ask_ahead = m0 == i_lo * span || 2 * (hi - lo) * row_bytes > kRowsKeptInL2;
     alignas(64) float prob[kPass][kChunk];
     static const C zero_row[NV * 16] = {};
     const C* k_row[kChunk];
@@ -412,7 +495,16 @@ void attend_one(T* out, const T* q, const C* key_cache, const C* value_cache,
       }
       output.add(v_row, n, prob, mb);
     }
-    for (int mi = 0; mi < mb; ++mi) output.store(mi, out_row[mi], 1.f / row_sum[mi]);
+    for (int mi = 0; mi < mb; ++mi) {
+      if (whole[mi]) {
+        output.store(mi, out + (row[mi] * hq + head_of[mi]) * dim, 1.f / row_sum[mi]);
+        continue;
+      }
+      const int64_t slot = partials.slot(row[mi], head_of[mi], part);
+      output.store(mi, partials.acc + slot * dim, 1.f);
+      partials.stats[2 * slot] = row_max[mi];
+      partials.stats[2 * slot + 1] = row_sum[mi];
+    }
   }
 }
 

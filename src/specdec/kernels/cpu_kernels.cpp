@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "attention_amx.h"
+#include "attention_tasks.h"
 #include "attention_tile.h"
 #include "bf16_linear.h"
 #include "core_round_trip.h"
@@ -353,21 +354,37 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
     if (try_amx_attention(o, qp, key_cache, value_cache, tables, max_blocks, qs, ql, cl, batch,
                           hq, hkv, dim, block_size, static_cast<float>(scale), sliding_window))
       return;
+    // (request, KV head, partition) tasks, split by work across the threads; then the
+    // rows that read several partitions merged (attention_tasks.h).
+    const AttentionPlan plan = plan_attention(batch, qs, ql, cl, hq, hkv, sliding_window);
+    at::Tensor scratch;
+    Partials partials;
+    if (!plan.split_rows.empty()) {
+      scratch = at::empty({q.size(0) * hq * plan.max_parts * (dim + 2)},
+                          q.options().dtype(at::kFloat));
+      partials = {scratch.data_ptr<float>(), nullptr, hq, plan.max_parts, dim};
+      partials.stats = partials.acc + q.size(0) * hq * plan.max_parts * dim;
+    }
     auto run = [&](auto attend) {
-      auto heads_of = [&](int64_t b, int64_t h0, int64_t h1) {
-        for (int64_t h = h0; h < h1; ++h)
-          attend(o, qp, key_cache, value_cache, tables + b * max_blocks, qs[b], ql[b], cl[b], h,
-                 hq, hkv, block_size, static_cast<float>(scale), sliding_window, 0, hq / hkv);
-      };
-      if (batch < at::get_num_threads()) {  // few requests: split their heads too
-        at::parallel_for(0, batch * hkv, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t task = begin; task < end; ++task)
-            heads_of(task / hkv, task % hkv, task % hkv + 1);
-        });
-        return;
-      }
-      parallel_over_requests(batch, ql, cl, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) heads_of(b, 0, hkv);
+      const int threads = static_cast<int>(std::min<int64_t>(
+          at::get_num_threads(), static_cast<int64_t>(plan.tasks.size())));
+      const std::vector<int64_t> bounds = task_bounds(plan, std::max(threads, 1));
+      at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+          task_runs(plan, bounds[t], bounds[t + 1], [&](const AttentionTask& task) {
+            attend(o, qp, key_cache, value_cache, tables + task.b * max_blocks, qs[task.b],
+                   ql[task.b], cl[task.b], task.kv, hq, hkv, block_size,
+                   static_cast<float>(scale), sliding_window, task.g0, task.g1, task.part,
+                   partials);
+          });
+      });
+      const int64_t rows = static_cast<int64_t>(plan.split_rows.size());
+      at::parallel_for(0, rows * hq, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const SplitRow& r = plan.split_rows[i / hq];
+          const int64_t head = i % hq;
+          merge_partitions(o + (r.row * hq + head) * dim, partials, r.row, head, r.positions);
+        }
       });
     };
     switch (dim) {
@@ -998,6 +1015,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_attention", &paged_attention, "causal attention through block tables");
   m.def("set_amx_attention", &set_amx_attention, "use AMX for bf16 attention; returns the old value");
   m.def("has_amx_attention", &has_amx_attention, "whether the AMX attention kernel can run here");
+  m.def(
+      "set_attention_partition",
+      [](int64_t size) {
+        TORCH_CHECK_VALUE(size > 0 && size % kChunk == 0,
+                          "set_attention_partition: a positive multiple of ", kChunk);
+        const int64_t was = partition_size_setting();
+        partition_size_setting() = size;
+        return was;
+      },
+      "positions per attention partition (tests shorten it); returns the old value");
   m.def("supports_head_dim", &supports_head_dim, "head sizes paged_attention is built for");
   m.def(
       "core_round_trip_ns",

@@ -13,8 +13,10 @@
 //
 // A layer of a decode step crosses 5 barriers: after q|k|v (split by heads, so the
 // thread that projects a head also rotates it and writes it to the cache), after the
-// attention, after o_proj, after gate|up (whose SiLU and quantisation each thread does
-// for its own blocks) and after down. The two norms need none: with few rows every
+// attention (its tasks: attention_tasks.h), after o_proj, after gate|up (whose SiLU and
+// quantisation each thread does for its own blocks) and after down; a sixth, after the
+// attention's tasks, where a query reads several position partitions (a long context)
+// and its partial results are merged. The two norms need none: with few rows every
 // thread norms all of them on its own copy of the residual stream. While a thread waits
 // at a barrier it asks for its next weights (wait_prefetch.h).
 //
@@ -32,6 +34,7 @@
 #include <memory>
 #include <vector>
 
+#include "attention_tasks.h"
 #include "attention_tile.h"
 #include "layer_weights.h"
 #include "quant_linear.h"
@@ -84,41 +87,10 @@ constexpr int64_t kKvPrefetchBytes = 256 << 10;
 // the slower thread).
 constexpr int64_t kPrivateRows = 8;
 
-// Split the attention's (request, query head) items, request-major, into nt contiguous
-// ranges of about equal work (queries x context): bounds[t] .. bounds[t + 1]. Query
-// heads, not KV heads: a decode's 3 KV heads on 2 threads would split 2:1.
-inline std::vector<int64_t> attention_bounds(const StackAttention& a, int64_t hq, int nt) {
-  const int64_t items = a.batch * hq;
-  std::vector<int64_t> cost(items + 1, 0);
-  for (int64_t i = 0; i < items; ++i) {
-    const int64_t b = i / hq;
-    cost[i + 1] = cost[i] + static_cast<int64_t>(a.query_len[b]) * a.context_len[b] + 16;
-  }
-  std::vector<int64_t> bounds(nt + 1, items);
-  bounds[0] = 0;
-  for (int64_t t = 1, i = 0; t < nt; ++t) {
-    while (i < items && cost[i] * nt < cost[items] * t) ++i;
-    bounds[t] = i;
-  }
-  return bounds;
-}
-
-// The items i0 .. i1 in runs sharing a request and a KV head: body(b, kv_head, g0, g1),
-// g0 .. g1 the run's query heads within the KV head's group.
-template <typename Body>
-inline void kv_runs(int64_t i0, int64_t i1, int64_t hq, int64_t group, const Body& body) {
-  for (int64_t i = i0; i < i1;) {
-    const int64_t b = i / hq, head = i % hq, kv = head / group;
-    const int64_t end = std::min(i1, b * hq + (kv + 1) * group);
-    body(b, kv, head % group, head % group + (end - i));
-    i = end;
-  }
-}
-
 template <typename T, typename C>
 using AttendFn = void (*)(T*, const T*, const C*, const C*, const int32_t*, int64_t, int64_t,
                           int64_t, int64_t, int64_t, int64_t, int64_t, float, int64_t, int64_t,
-                          int64_t);
+                          int64_t, int64_t, const Partials&);
 
 template <typename T, typename C>
 AttendFn<T, C> attend_for(int64_t dim) {
@@ -185,14 +157,29 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>&
   TORCH_CHECK(dim % quant::kLanes == 0, "gguf_stack: head size ", dim, " not whole groups");
   const int64_t head_groups = dim / quant::kLanes;
   TeamBarrier barrier(team_size);
-  const std::vector<int64_t> att_bounds = stack::attention_bounds(attn, hq, team_size);
+  // The attention's tasks (attention_tasks.h); rows reading several partitions are
+  // merged, and every head's output quantised for o_proj, in a phase of its own.
+  const AttentionPlan plan = plan_attention(attn.batch, attn.query_start, attn.query_len,
+                                            attn.context_len, hq, hkv, attn.sliding_window);
+  const std::vector<int64_t> att_bounds = task_bounds(plan, team_size);
+  const bool partitioned = !plan.split_rows.empty();
+  at::Tensor scratch;
+  Partials partials;
+  std::vector<int64_t> split_index(partitioned ? tokens : 0, -1);  // row -> split_rows
+  if (partitioned) {
+    const int64_t slots = tokens * hq * plan.max_parts;
+    scratch = at::empty({slots * (dim + 2)}, at::TensorOptions().dtype(at::kFloat));
+    partials = {scratch.data_ptr<float>(), scratch.data_ptr<float>() + slots * dim, hq,
+                plan.max_parts, dim};
+    for (size_t i = 0; i < plan.split_rows.size(); ++i)
+      split_index[plan.split_rows[i].row] = static_cast<int64_t>(i);
+  }
 
 #pragma omp parallel num_threads(team_size)
   {
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     // A team smaller than asked for splits attention evenly instead.
-    const std::vector<int64_t> bounds =
-        nt == team_size ? att_bounds : stack::attention_bounds(attn, hq, nt);
+    const std::vector<int64_t> bounds = nt == team_size ? att_bounds : task_bounds(plan, nt);
     const auto [r0, r1] = stack::share(tokens, tid, nt);
     using Range = std::pair<int64_t, int64_t>;
     // This thread's groups of q|k|v's outputs: whole heads (q's, then k's, then v's).
@@ -225,16 +212,20 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>&
     auto prefetch_kv = [&](const C* key_cache, const C* value_cache) {
       const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(C));
       int64_t budget = stack::kKvPrefetchBytes / (2 * row_bytes);  // positions
-      auto each = [&](int64_t b, int64_t kv, int64_t, int64_t) {
-        const int64_t known = attn.context_len[b] - attn.query_len[b];
+      const int64_t size = partition_size();
+      auto each = [&](const AttentionTask& task) {
+        const int64_t known = attn.context_len[task.b] - attn.query_len[task.b];
         const int64_t window = attn.sliding_window;
-        const int64_t lo = window > 0 ? std::max<int64_t>(0, known - window) : 0;
-        const int64_t hi = std::min(known, lo + std::max<int64_t>(budget, 0));
-        prefetch_positions(attn.tables + b * attn.max_blocks, lo, hi, attn.block_size, key_cache,
-                           value_cache, hkv * dim, kv * dim, row_bytes);
+        const int64_t lo = std::max(task.part * size,
+                                    window > 0 ? std::max<int64_t>(0, known - window) : 0);
+        const int64_t end = std::min(known, (task.part + 1) * size);
+        const int64_t hi = std::min(end, lo + std::max<int64_t>(budget, 0));
+        if (hi <= lo) return;
+        prefetch_positions(attn.tables + task.b * attn.max_blocks, lo, hi, attn.block_size,
+                           key_cache, value_cache, hkv * dim, task.kv * dim, row_bytes);
         budget -= hi - lo;
       };
-      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, each);
+      task_runs(plan, bounds[tid], bounds[tid + 1], each);
     };
     // While it waits at a barrier, a thread asks for the weights it projects next.
     WaitPrefetch ahead;
@@ -304,18 +295,34 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>&
       prefetch_next(&w.o_proj, groups_of(w.o_proj));
       qkv_rope(w, key_cache, value_cache);
       wait_for_team();
-      auto attend_run = [&](int64_t b, int64_t kv, int64_t g0, int64_t g1) {
+      const int64_t per_head = dim / 32;
+      auto attend_run = [&](const AttentionTask& task) {
+        const int64_t b = task.b;
         attend(att, q, key_cache, value_cache, attn.tables + b * attn.max_blocks,
-               attn.query_start[b], attn.query_len[b], attn.context_len[b], kv, hq, hkv,
-               attn.block_size, attn.scale, attn.sliding_window, g0, g1);
-        if (!heads_own_blocks) return;
+               attn.query_start[b], attn.query_len[b], attn.context_len[b], task.kv, hq, hkv,
+               attn.block_size, attn.scale, attn.sliding_window, task.g0, task.g1, task.part,
+               partials);
+        if (!heads_own_blocks || partitioned) return;
         // The heads' outputs, written by this thread alone, quantised here for o_proj.
-        const int64_t head0 = kv * group + g0, per_head = dim / 32;
+        const int64_t head0 = task.kv * group + task.g0;
         for (int64_t t = attn.query_start[b]; t < attn.query_start[b] + attn.query_len[b]; ++t)
           quant::quantize_row_blocks(att + t * q_width, q_width, t, head0 * per_head,
-                                     (head0 + g1 - g0) * per_head, xq_att);
+                                     (head0 + task.g1 - task.g0) * per_head, xq_att);
       };
-      stack::kv_runs(bounds[tid], bounds[tid + 1], hq, group, attend_run);
+      task_runs(plan, bounds[tid], bounds[tid + 1], attend_run);
+      if (partitioned) {  // every task done: merge the split rows, quantise every head
+        wait_for_team();
+        const auto [i0, i1] = stack::share(tokens * hq, tid, nt);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t t = i / hq, head = i % hq;
+          if (split_index[t] >= 0)
+            merge_partitions(att + t * q_width + head * dim, partials, t, head,
+                             plan.split_rows[split_index[t]].positions);
+          if (heads_own_blocks)
+            quant::quantize_row_blocks(att + t * q_width, q_width, t, head * per_head,
+                                       (head + 1) * per_head, xq_att);
+        }
+      }
       if (!heads_own_blocks) {
         wait_for_team();
         blocks(q_width, [&](int64_t t, int64_t b) {
