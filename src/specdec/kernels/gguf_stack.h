@@ -145,7 +145,8 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>&
   for (quant::QuantizedRows& xq : xq_own) quant::reset_rows(xq, tokens, hidden);
   const stack::AttendFn<T, C> attend = stack::attend_for<T, C>(dim);
   // Whole 32-blocks per head: the thread that attends a head quantises its output
-  // (o_proj's input) itself, with no phase and barrier of its own. Every token of the
+  // (o_proj's input) itself, with no phase and barrier of its own (where a query reads
+  // several partitions, the merge phase quantises every head instead). Every token of the
   // step is a query of one request (the kernel group's rows), so every block is written.
   const bool heads_own_blocks = dim % 32 == 0;
   // gate|up runs by 32-blocks of the intermediate, whole groups of gate's and of up's
@@ -167,9 +168,9 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>&
   Partials partials;
   std::vector<int64_t> split_index(partitioned ? tokens : 0, -1);  // row -> split_rows
   if (partitioned) {
-    const int64_t slots = tokens * hq * plan.max_parts;
-    scratch = at::empty({slots * (dim + 2)}, at::TensorOptions().dtype(at::kFloat));
-    partials = {scratch.data_ptr<float>(), scratch.data_ptr<float>() + slots * dim, hq,
+    const int64_t partial_slots = tokens * hq * plan.max_parts;
+    scratch = at::empty({partial_slots * (dim + 2)}, at::TensorOptions().dtype(at::kFloat));
+    partials = {scratch.data_ptr<float>(), scratch.data_ptr<float>() + partial_slots * dim, hq,
                 plan.max_parts, dim};
     for (size_t i = 0; i < plan.split_rows.size(); ++i)
       split_index[plan.split_rows[i].row] = static_cast<int64_t>(i);
