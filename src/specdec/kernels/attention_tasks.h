@@ -7,6 +7,8 @@
 
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -59,6 +61,17 @@ inline AttentionPlan plan_attention(int64_t batch, const int32_t* query_start,
   }
   if (plan.split_rows.empty()) plan.max_parts = 0;
   return plan;
+}
+
+// Where a plan's split rows (of rows query rows, hq heads of dim) leave their partitions'
+// results: a float buffer (the returned tensor owns it), none where no row is split.
+inline Partials partials_for(const AttentionPlan& plan, int64_t rows, int64_t hq, int64_t dim,
+                             at::Tensor& buffer) {
+  if (plan.split_rows.empty()) return {};
+  const int64_t slots = rows * hq * plan.max_parts;
+  buffer = at::empty({slots * (dim + 2)}, at::TensorOptions().dtype(at::kFloat));
+  float* acc = buffer.data_ptr<float>();
+  return {acc, acc + slots * dim, hq, plan.max_parts, dim};
 }
 
 // The tasks split into nt contiguous ranges of about equal work: bounds[t] .. bounds[t + 1].

@@ -358,13 +358,7 @@ void paged_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& cach
     // rows that read several partitions merged (attention_tasks.h).
     const AttentionPlan plan = plan_attention(batch, qs, ql, cl, hq, hkv, sliding_window);
     at::Tensor scratch;
-    Partials partials;
-    if (!plan.split_rows.empty()) {
-      scratch = at::empty({q.size(0) * hq * plan.max_parts * (dim + 2)},
-                          q.options().dtype(at::kFloat));
-      partials = {scratch.data_ptr<float>(), nullptr, hq, plan.max_parts, dim};
-      partials.stats = partials.acc + q.size(0) * hq * plan.max_parts * dim;
-    }
+    const Partials partials = partials_for(plan, q.size(0), hq, dim, scratch);
     auto run = [&](auto attend) {
       const int threads = static_cast<int>(std::min<int64_t>(
           at::get_num_threads(), static_cast<int64_t>(plan.tasks.size())));

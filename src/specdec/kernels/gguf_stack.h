@@ -165,16 +165,10 @@ void gguf_stack(T* h, T* out, const T* cos, const T* sin, const std::vector<C*>&
   const std::vector<int64_t> att_bounds = task_bounds(plan, team_size);
   const bool partitioned = !plan.split_rows.empty();
   at::Tensor scratch;
-  Partials partials;
+  const Partials partials = partials_for(plan, tokens, hq, dim, scratch);
   std::vector<int64_t> split_index(partitioned ? tokens : 0, -1);  // row -> split_rows
-  if (partitioned) {
-    const int64_t partial_slots = tokens * hq * plan.max_parts;
-    scratch = at::empty({partial_slots * (dim + 2)}, at::TensorOptions().dtype(at::kFloat));
-    partials = {scratch.data_ptr<float>(), scratch.data_ptr<float>() + partial_slots * dim, hq,
-                plan.max_parts, dim};
-    for (size_t i = 0; i < plan.split_rows.size(); ++i)
-      split_index[plan.split_rows[i].row] = static_cast<int64_t>(i);
-  }
+  for (size_t i = 0; i < plan.split_rows.size(); ++i)
+    split_index[plan.split_rows[i].row] = static_cast<int64_t>(i);
 
 #pragma omp parallel num_threads(team_size)
   {
