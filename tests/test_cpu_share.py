@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from specdec import LLM, SamplingParams
-from specdec.core.cpu_share import CpuShare
+from specdec.core.cpu_share import CpuShare, ProcFiles
 
 
 def _share(samples: list[int], threads: int = 4, cores: int = 4) -> tuple[CpuShare, list[int]]:
@@ -63,3 +64,21 @@ def test_busy_cores_run_the_step_on_fewer_threads_with_the_same_tokens():
             p.kill()
             p.wait()
     assert contended == quiet  # the GGUF kernels do not depend on the thread count
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_proc_files_follow_this_process_threads():
+    files = ProcFiles()
+    assert files.own_running() >= 1  # the thread reading is running
+    before = set(files.threads)
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait)
+    waiter.start()
+    try:
+        files.list_threads()
+        assert set(files.threads) == before | {str(waiter.native_id)}
+    finally:
+        release.set()
+        waiter.join()
+    files.own_running()  # the ended thread's file fails to read: the list is read again
+    assert set(files.threads) == before

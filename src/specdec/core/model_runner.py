@@ -82,19 +82,16 @@ class ModelRunner:
             slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
             if s.samples:
                 self._add_rows(s, len(input_ids), sample_index, rows)
+        # One tensor for the three flat inputs (each ``torch.tensor`` call costs ~10 µs).
+        ids, pos, slot_mapping = torch.tensor([input_ids, positions, slots], dtype=torch.long)
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long),
+            slot_mapping=slot_mapping,
             groups=self._attention_groups(order),
             kernels=self.kernels,
             block_size=bs,
             sliding_window=self.sliding_window or 0,
         )
-        hidden = self.model(
-            torch.tensor(input_ids, dtype=torch.long),
-            torch.tensor(positions, dtype=torch.long),
-            self.kv_caches,
-            meta,
-        )
+        hidden = self.model(ids, pos, self.kv_caches, meta)
         if not rows:
             return RunnerOutput(torch.empty(0, 0), rows)
         if len(sample_index) == hidden.shape[0]:
@@ -173,11 +170,15 @@ class ModelRunner:
             s.block_ids[:n] + [0] * (width - n)
             for (_, s), n in zip(members, needed, strict=True)
         ]
+        starts, lens, context_len = torch.tensor(
+            [[off for off, _ in members], [s.num_tokens for _, s in members], context],
+            dtype=torch.int32,
+        )
         return KernelGroup(
             block_tables=torch.tensor(tables, dtype=torch.int32),
-            query_start=torch.tensor([off for off, _ in members], dtype=torch.int32),
-            query_len=torch.tensor([s.num_tokens for _, s in members], dtype=torch.int32),
-            context_len=torch.tensor(context, dtype=torch.int32),
+            query_start=starts,
+            query_len=lens,
+            context_len=context_len,
         )
 
     def _padded_group(self, members: list[tuple[int, ScheduledRequest]]) -> PaddedGroup:
