@@ -15,8 +15,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from specdec import isa
+from specdec import SamplingParams, isa
 
+LAYERS = "    decoder layers (C++)"  # the decoder_stack call: every layer of a decode step
 STAGES = (  # (owner, method, label): the engine's, the runner's and the model's stages
     ("engine", "_share_cores", "share cores"),
     ("engine", "_propose", "propose"),
@@ -68,9 +69,6 @@ class TimedKernels:
             self._times.seconds[LAYERS] += time.perf_counter() - start
 
 
-LAYERS = "    decoder layers (C++)"
-
-
 def measure(llm, max_tokens: int, rounds: int) -> tuple[dict[str, float], int]:
     """Microseconds per step of each stage (the labels of STAGES, LAYERS, "step") over
     ``rounds`` greedy decodes of ``max_tokens`` after one untimed; and the timed steps.
@@ -86,8 +84,6 @@ def measure(llm, max_tokens: int, rounds: int) -> tuple[dict[str, float], int]:
         if owners[owner] is not None and hasattr(owners[owner], name):
             times.wrap(owners[owner], name, label)
     times.wrap(engine, "step", "step")
-    from specdec import SamplingParams
-
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     prompt = ["Tell me a story about a dragon."]
     llm.generate(prompt, params, use_tqdm=False)
