@@ -1,7 +1,8 @@
-"""Where a decode step's time goes: one request decoding on the default engine, each
-stage of ``LLMEngine.step`` timed by wrapping its call (C++ layers, LM head, host work)::
+"""Where a decode step's time goes: requests decoding together on the default engine
+(one by default), each stage of ``LLMEngine.step`` timed by wrapping its call (C++
+layers, LM head, host work)::
 
-    python -m specdec.bench.step_phases [--max-tokens 256] [--rounds 4] [--model M]
+    python -m specdec.bench.step_phases [--batch 1] [--max-tokens 256] [--rounds 4] [--model M]
 
 Times are means per step over the timed rounds (one untimed round first); a wrapper
 costs ~1 µs. "host" is the step less the decoder layers and the LM head.
@@ -63,10 +64,11 @@ class KernelsView:
         return getattr(self._kernels, name)
 
 
-def measure(llm, max_tokens: int, rounds: int) -> tuple[dict[str, float], int]:
+def measure(llm, max_tokens: int, rounds: int,
+            batch: int = 1) -> tuple[dict[str, float], int]:
     """Microseconds per step of each stage (the labels of STAGES, LAYERS, "step") over
-    ``rounds`` greedy decodes of ``max_tokens`` after one untimed; and the timed steps.
-    The engine keeps the timing wrappers afterwards."""
+    ``rounds`` greedy decodes of ``max_tokens`` by ``batch`` requests together, after one
+    untimed; and the timed steps. The engine keeps the timing wrappers afterwards."""
     engine = llm.engine
     runner, model = engine.runner, engine.runner.model
     times = StageTimes()
@@ -80,7 +82,7 @@ def measure(llm, max_tokens: int, rounds: int) -> tuple[dict[str, float], int]:
             times.wrap(owners[owner], name, label)
     times.wrap(engine, "step", "step")
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    prompt = ["Tell me a story about a dragon."]
+    prompt = [f"Tell me a story about dragon number {i}." for i in range(batch)]
     llm.generate(prompt, params, use_tqdm=False)
     times.seconds.clear()
     steps_before = engine.counters["steps"]
@@ -93,6 +95,7 @@ def measure(llm, max_tokens: int, rounds: int) -> tuple[dict[str, float], int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="default: the bundled GGUF")
+    parser.add_argument("--batch", type=int, default=1, help="requests decoding together")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
@@ -101,10 +104,10 @@ def main() -> None:
     from specdec.bench.settle import settled
 
     llm = settled(LLM(model=args.model) if args.model else LLM())
-    per_step, steps = measure(llm, args.max_tokens, args.rounds)
+    per_step, steps = measure(llm, args.max_tokens, args.rounds, args.batch)
     stats = llm.stats()
     print(f"{isa.describe()}; {stats['weight_layout']}, {stats['threads']} threads, "
-          f"{steps} steps of one decoding request")
+          f"{steps} steps of {args.batch} request(s) decoding together")
     print(f"{'step':28s} {per_step['step']:8.1f} µs")
     for _, _, label in STAGES[:5] + (("", "", LAYERS),) + STAGES[5:]:
         if label in per_step:
