@@ -99,6 +99,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
+    if args.batch < 1 or args.max_tokens < 1 or args.rounds < 1:
+        parser.error("--batch, --max-tokens and --rounds take positive counts")
 
     from specdec import LLM
     from specdec.bench.settle import settled
