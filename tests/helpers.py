@@ -69,3 +69,17 @@ def without_and_with_nontemporal_weights(kernels, run):
         return plain, run()
     finally:
         kernels.set_nontemporal_weights(was)
+
+
+def vma_field(address: int, field: str) -> str | None:
+    """``field`` of the /proc/self/smaps mapping that holds ``address`` (None: not found)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == field + ":":
+                return line.split()[1]
+    return None

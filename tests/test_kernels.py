@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from specdec import kernels
 from specdec.model.llama import rotate_half
+from tests.helpers import vma_field
 
 K = kernels.load()
 pytestmark = pytest.mark.skipif(K is None, reason="fused CPU kernels could not be built")
@@ -436,20 +437,6 @@ def test_core_round_trip_is_measured_between_two_cpus(monkeypatch):
         K.core_round_trip_ns(0, 1, trips=0)
 
 
-def _vma_field(address: int, field: str) -> str | None:
-    """``field`` of the /proc/self/smaps mapping that holds ``address`` (None: not found)."""
-    inside = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            elif inside and head == field + ":":
-                return line.split()[1]
-    return None
-
-
 def test_huge_page_zeros_are_zero_aligned_and_outlive_their_neighbours():
     """Weight layouts and KV caches come from huge_page_zeros: zero-filled, 64-byte
     aligned, a region shared by small tensors stays valid while any of them lives, and
@@ -480,4 +467,4 @@ def test_huge_page_zeros_are_marked_for_huge_pages():
     "madvise" mode, a common default, plain allocations are not)."""
     t = K.huge_page_zeros([4 << 20], torch.uint8)
     t.fill_(1)
-    assert _vma_field(t.data_ptr(), "THPeligible") == "1"
+    assert vma_field(t.data_ptr(), "THPeligible") == "1"

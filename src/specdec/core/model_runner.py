@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from specdec.core import kv_prefault
 from specdec.core.kv_cache_manager import cdiv
+from specdec.core.kv_prefault import KvPrefault
 from specdec.core.messages import LogitsRow, RunnerOutput, ScheduledRequest, SchedulerOutput
 from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup, PaddedGroup
 
@@ -37,6 +39,7 @@ class ModelRunner:
         self.model = model
         self.invariant_attention = invariant_attention
         self.block_size = block_size
+        self.num_blocks = num_blocks
         self.dtype = dtype
         self.kv_cache_dtype = kv_cache_dtype or dtype
         self.sliding_window = getattr(model.config, "sliding_window", None) or None
@@ -49,12 +52,23 @@ class ModelRunner:
         self.kernels = kernels if fusable else None  # specdec.kernels module, or eager
         self._sampled_hidden = torch.empty(0)
         shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
+        # The caches' pages, faulted in on a thread of their own in idle time.
+        self.kv_prefault: KvPrefault | None = None
         if self.kernels is not None:  # 2 MB pages: attention streams each layer's cache
             zeros = self.kernels.huge_page_zeros
             self.kv_caches = [zeros(list(shape), self.kv_cache_dtype) for _ in model.layers]
-        else:
+            if kv_prefault.enabled_by_env():
+                self.kv_prefault = KvPrefault(self.kernels, self.kv_caches, num_blocks)
+        else:  # zero-filled: every page is in already
             self.kv_caches = [torch.zeros(shape, dtype=self.kv_cache_dtype)
                               for _ in model.layers]
+
+    def kv_blocks_prefaulted(self) -> int:
+        """Blocks whose pages are in ahead of their first write: all of the eager path's
+        zero-filled caches; the fused path's as far as its worker got (none without)."""
+        if self.kernels is None:
+            return self.num_blocks
+        return self.kv_prefault.done if self.kv_prefault is not None else 0
 
     @staticmethod
     def kv_bytes_per_block(config, block_size: int, cache_dtype: torch.dtype) -> int:

@@ -280,6 +280,8 @@ class LLMEngine:
             dtype=str(self.dtype).removeprefix("torch."),
             kv_cache_dtype=str(self.kv_cache_dtype).removeprefix("torch."),
             kv_cache_bytes=sum(cache.nbytes for cache in self.runner.kv_caches),
+            # blocks whose pages are in ahead of their first write (core/kv_prefault.py)
+            kv_blocks_prefaulted=self.runner.kv_blocks_prefaulted(),
             isa=isa.level(),
             weight_layout=layout,
             weight_bytes=self.weight_bytes,

@@ -36,6 +36,7 @@
 #include "gguf_stack.h"
 #include "huge_page_arena.h"
 #include "layer_weights.h"
+#include "populate_pages.h"
 #include "quant_linear.h"
 #include "row_ops.h"
 #include "sample_rows.h"
@@ -1039,6 +1040,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](std::vector<int64_t> sizes, at::ScalarType dtype) { return HugePageArena::zeros(sizes, dtype); },
       "a zero-filled CPU tensor on 2 MB pages where the OS gives them (huge_page_arena.h)",
       py::arg("sizes"), py::arg("dtype"));
+  m.def(
+      "populate_pages",
+      [](const at::Tensor& t, int64_t offset, int64_t bytes) {
+        const int64_t size = t.numel() * static_cast<int64_t>(t.element_size());
+        TORCH_CHECK(t.is_contiguous(), "populate_pages: a contiguous tensor");
+        TORCH_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= size,
+                    "populate_pages: bytes ", offset, " .. ", offset + bytes,
+                    " outside the tensor's ", size);
+        const uint8_t* p = static_cast<const uint8_t*>(t.data_ptr()) + offset;
+        py::gil_scoped_release released;  // the tensor's memory stays: t is held
+        return populate_pages(p, bytes);
+      },
+      "fault in the pages under t's bytes offset .. offset + bytes, contents unchanged "
+      "(populate_pages.h); False where the OS cannot",
+      py::arg("t"), py::arg("offset"), py::arg("bytes"));
   m.def("has_tile_linear", &has_tile_linear, "whether AMX projections can run here");
   m.def("pack_tile_weight", &pack_tile_weight, "pre-pack a bf16 [N, K] weight for tile_linear");
   m.def("tile_linear", &tile_linear, "x W^T (+ bias) on AMX tiles, W from pack_tile_weight",
