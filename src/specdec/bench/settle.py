@@ -10,8 +10,8 @@ from __future__ import annotations
 
 
 def settled(llm, timeout_s: float = 60.0):
-    """``llm``, once the compile forkserver is ready and the KV cache's first pages are
-    in (``core/kv_prefault.py``), or ``timeout_s`` has passed for each."""
+    """``llm``, once the compile forkserver is ready and its KV cache's pages are in
+    (``core/kv_prefault.py``), or ``timeout_s`` has passed for each."""
     from specdec.structured.compile import isolation_ready
 
     isolation_ready(timeout_s)

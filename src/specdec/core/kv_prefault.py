@@ -69,7 +69,8 @@ class KvPrefault:
         return self._progress.supported
 
     def wait(self, timeout_s: float) -> bool:
-        """True once every block's pages are in (benchmarks start measuring there)."""
+        """True once every block's pages are in, or the worker has stopped (benchmarks
+        start measuring there); False after ``timeout_s``."""
         with self._progress.cond:
             return self._progress.cond.wait_for(
                 lambda: self._progress.done >= self.num_blocks or self._progress.stopped,
