@@ -39,6 +39,8 @@ def test_populate_pages_brings_pages_in_and_keeps_contents():
         K.populate_pages(t, 1, t.nbytes)
     with pytest.raises(RuntimeError, match="outside the tensor"):
         K.populate_pages(t, -1, 4)
+    with pytest.raises(RuntimeError, match="outside the tensor"):  # no int64 wrap-around
+        K.populate_pages(t, 8, (1 << 63) - 4)
 
 
 def test_every_block_is_reached_and_contents_stay():

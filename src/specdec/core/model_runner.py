@@ -11,7 +11,6 @@ import torch
 
 from specdec.core import kv_prefault
 from specdec.core.kv_cache_manager import cdiv
-from specdec.core.kv_prefault import KvPrefault
 from specdec.core.messages import LogitsRow, RunnerOutput, ScheduledRequest, SchedulerOutput
 from specdec.model.attention import AttentionMetadata, FreshPrefill, KernelGroup, PaddedGroup
 
@@ -53,12 +52,12 @@ class ModelRunner:
         self._sampled_hidden = torch.empty(0)
         shape = (2, num_blocks * block_size, model.num_kv_heads, model.head_dim)
         # The caches' pages, faulted in on a thread of their own in idle time.
-        self.kv_prefault: KvPrefault | None = None
+        self.kv_prefault: kv_prefault.KvPrefault | None = None
         if self.kernels is not None:  # 2 MB pages: attention streams each layer's cache
             zeros = self.kernels.huge_page_zeros
             self.kv_caches = [zeros(list(shape), self.kv_cache_dtype) for _ in model.layers]
             if kv_prefault.enabled_by_env():
-                self.kv_prefault = KvPrefault(self.kernels, self.kv_caches, num_blocks)
+                self.kv_prefault = kv_prefault.KvPrefault(self.kernels, self.kv_caches, num_blocks)
         else:  # zero-filled: every page is in already
             self.kv_caches = [torch.zeros(shape, dtype=self.kv_cache_dtype)
                               for _ in model.layers]

@@ -1045,7 +1045,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const at::Tensor& t, int64_t offset, int64_t bytes) {
         const int64_t size = t.numel() * static_cast<int64_t>(t.element_size());
         TORCH_CHECK(t.is_contiguous(), "populate_pages: a contiguous tensor");
-        TORCH_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= size,
+        TORCH_CHECK(offset >= 0 && bytes >= 0 && offset <= size && bytes <= size - offset,
                     "populate_pages: bytes ", offset, " .. ", offset + bytes,
                     " outside the tensor's ", size);
         const uint8_t* p = static_cast<const uint8_t*>(t.data_ptr()) + offset;
