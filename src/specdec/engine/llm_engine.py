@@ -24,6 +24,7 @@ from specdec.core.cpu_share import CpuShare, adaptive_by_env
 from specdec.core.messages import RequestSample, RunnerOutput, SampleOutput, SchedulerOutput
 from specdec.core.request import Request, RequestStatus
 from specdec.engine.builder import build_engine_parts
+from specdec.engine.gc_pause import cyclic_gc_paused
 from specdec.engine.output_processor import OutputProcessor
 from specdec.engine.validation import RequestRejectedError, RequestValidator
 from specdec.engine_context import EngineContext
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
+        with cyclic_gc_paused():  # the load's objects all stay: no rescans on the way
+            self._build(config)
+
+    def _build(self, config: EngineConfig) -> None:
         self.config = config
         if config.num_threads:
             torch.set_num_threads(config.num_threads)

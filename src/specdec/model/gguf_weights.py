@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specdec.model.gguf_index import read_gguf_index
+
 # GGUF name pieces of the decoder projections, by the fused module each feeds.
 PROJECTIONS = {
     "qkv_proj": ("attn_q", "attn_k", "attn_v"),
@@ -64,21 +66,19 @@ class GgufWeights:
 def read_gguf_weights(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights:
     """The quantized tensors of the GGUF file at ``path``, memory-mapped no longer:
     each is copied out once (the file may be replaced while the engine runs)."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    architecture = _string_field(reader, "general.architecture")
+    index = read_gguf_index(path)
+    architecture = str(index.metadata.get("general.architecture", ""))
     tensors = {}
-    for t in reader.tensors:
-        fmt = t.tensor_type.name
-        if fmt in _DENSE or len(t.shape) != 2:
+    for t in index.tensors:
+        fmt = t.type_name
+        if fmt in _DENSE or len(t.dims) != 2:
             continue
-        raw = np.ascontiguousarray(t.data).reshape(int(t.shape[1]), -1)
+        raw = t.data.reshape(t.dims[1], -1)
         if architecture in _PERMUTED_QK and ".attn_q." in t.name:
             raw = unpermute_rows(raw, num_heads)
         elif architecture in _PERMUTED_QK and ".attn_k." in t.name:
             raw = unpermute_rows(raw, num_kv_heads)
-        tensors[t.name] = GgufTensor(t.name, fmt, torch.from_numpy(raw.copy()), int(t.shape[0]))
+        tensors[t.name] = GgufTensor(t.name, fmt, torch.from_numpy(raw.copy()), t.dims[0])
     return GgufWeights(architecture, tensors)
 
 
@@ -87,10 +87,3 @@ def unpermute_rows(rows: np.ndarray, heads: int) -> np.ndarray:
     as transformers' ``_reverse_permute_weights`` does to the dequantized weight."""
     half = rows.shape[0] // heads // 2
     return rows.reshape(heads, half, 2, -1).swapaxes(1, 2).reshape(rows.shape)
-
-
-def _string_field(reader, name: str) -> str:
-    field = reader.fields.get(name)
-    if field is None:
-        return ""
-    return bytes(field.parts[field.data[0]]).decode()

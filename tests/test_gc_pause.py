@@ -1,0 +1,54 @@
+"""The cyclic collector is paused while an engine builds, and left as it was found."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from specdec import LLM, hookimpl
+from specdec.engine.gc_pause import cyclic_gc_paused
+
+
+@pytest.fixture
+def gc_state():
+    was = gc.isenabled()
+    yield
+    gc.enable() if was else gc.disable()
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_paused_inside_and_restored_after(gc_state, enabled_before):
+    gc.enable() if enabled_before else gc.disable()
+    with cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled() == enabled_before
+    with pytest.raises(RuntimeError), cyclic_gc_paused():
+        raise RuntimeError
+    assert gc.isenabled() == enabled_before
+
+
+def test_nested_pauses_restore_the_outer_state(gc_state):
+    gc.enable()
+    with cyclic_gc_paused():
+        with cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+class SeesCollector:
+    def __init__(self):
+        self.enabled_at_start = None
+
+    @hookimpl
+    def specdec_engine_started(self, context):
+        self.enabled_at_start = gc.isenabled()
+
+
+def test_engine_builds_with_the_collector_paused(gc_state, tiny_model_dir):
+    gc.enable()
+    plugin = SeesCollector()
+    LLM(model=str(tiny_model_dir), plugins=[plugin], num_kv_blocks=16)
+    assert plugin.enabled_at_start is False
+    assert gc.isenabled()
