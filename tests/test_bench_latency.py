@@ -53,6 +53,7 @@ def test_bench_latency_sampled_with_speculation_and_hf(tiny_model_dir, capsys):
     assert "sampled: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05" in out
     assert result["spec_identical"] is None and "greedy outputs identical" not in out
     assert result["hf_itl_ms"] > 0 and result["itl_ms"] > 0
+    assert result["build_s"] > 0 and f"built in {result['build_s']:.2f} s" in out
 
 
 def test_bench_throughput_sampled_against_hf(tiny_model_dir, capsys):

@@ -41,3 +41,16 @@ def test_an_illegal_instruction_in_the_peer_is_its_status(tmp_path, monkeypatch)
 def test_a_peer_that_cannot_run_says_why(tmp_path, monkeypatch, body, expected):
     fake_llama_cpp(tmp_path, monkeypatch, body)
     assert measure() == {"status": expected}
+
+
+def test_a_working_peer_reports_its_load_and_decode_times(tmp_path, monkeypatch):
+    fake_llama_cpp(tmp_path, monkeypatch, (
+        "__version__ = 'fake'\n"
+        "class Llama:\n"
+        "    def __init__(self, **kw):\n        import time; time.sleep(0.05)\n"
+        "    def token_eos(self):\n        return 0\n"
+        "    def generate(self, prompt, reset, **kw):\n        while True:\n            yield 7\n"))
+    result = measure()
+    assert result["status"] == "ok" and result["version"] == "fake"
+    assert result["load_s"] >= 0.05
+    assert result["outputs"] == [[7, 7, 7, 7]] and result["itl_ms"] > 0

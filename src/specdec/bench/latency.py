@@ -135,8 +135,11 @@ def main(args: argparse.Namespace) -> dict:
 
     kwargs = engine_kwargs(args)
     spec_options = kwargs.pop("speculative")
-    llm = settled(LLM(**kwargs))
-    print(f"engine: {isa.engine_summary(llm.stats())}")
+    started = time.perf_counter()
+    llm = LLM(**kwargs)
+    build_s = time.perf_counter() - started  # the engine's start, before the KV prefault
+    llm = settled(llm)
+    print(f"engine: {isa.engine_summary(llm.stats())}; built in {build_s:.2f} s")
     if args.input_len > 0:
         prompts = random_prompt_ids(len(llm.tokenizer), args.input_len, args.num_prompts)
     else:
@@ -159,7 +162,7 @@ def main(args: argparse.Namespace) -> dict:
     bandwidth = statistics.median(bandwidths)
     weight_bytes = streamed_weight_bytes(llm.engine.model)
     dtype = str(llm.engine.dtype).removeprefix("torch.")
-    result = {"dtype": dtype, "engine": isa.engine_summary(llm.stats()),
+    result = {"dtype": dtype, "engine": isa.engine_summary(llm.stats()), "build_s": build_s,
               "num_prompts": len(prompts), "input_len": args.input_len, "ttft_ms": base["ttft_ms"],
               "itl_ms": base["itl_ms"], "floor_ms": 1e3 * floor,
               "itl_over_floor": base["itl_ms"] / (1e3 * floor),
@@ -251,6 +254,7 @@ def _llamacpp(args: argparse.Namespace, prompts: list[list[int]], result: dict,
     print(f"llama.cpp {peer['version']} ({path.name}, {peer['threads']} threads): TTFT "
           f"{peer['ttft_ms']:.1f} ms, mean ITL {peer['itl_ms']:.2f} ms ({peer['tok_s']:.1f} tok/s)"
           f" -> specdec / llama.cpp = {peer['speedup']:.2f}x (TTFT {peer['ttft_speedup']:.2f}x)"
+          f"; model load {peer['load_s']:.2f} s (specdec's engine {result['build_s']:.2f} s)"
           + (f", with speculation {peer['itl_ms'] / result['spec_itl_ms']:.2f}x"
              if "spec_itl_ms" in result else "")
           + ("" if same is None else

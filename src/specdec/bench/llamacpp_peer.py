@@ -66,8 +66,10 @@ def _measure(path: Path, prompts: list[list[int]], max_tokens: int, threads: int
     import llama_cpp
 
     n_ctx = max(2048, max(len(p) for p in prompts) + max_tokens + 8)
+    started = time.perf_counter()
     llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, verbose=False)
+    load_s = time.perf_counter() - started
     eos = llm.token_eos()
     options = sampling or {"temp": 0.0, "top_k": 1}  # Llama.generate's keywords; greedy
     outputs: list[list[int]] = []
@@ -98,6 +100,6 @@ def _measure(path: Path, prompts: list[list[int]], max_tokens: int, threads: int
             decode_s += decode
             decode_tokens += max(count - 1, 0)
     itl = decode_s / max(decode_tokens, 1)
-    return {"status": "ok", "version": llama_cpp.__version__, "threads": threads,
+    return {"status": "ok", "version": llama_cpp.__version__, "threads": threads, "load_s": load_s,
             "ttft_ms": 1e3 * statistics.median(ttfts), "itl_ms": 1e3 * itl, "tok_s": 1 / itl,
             "outputs": outputs}
