@@ -28,6 +28,25 @@ def test_paused_inside_and_restored_after(gc_state, enabled_before):
     assert gc.isenabled() == enabled_before
 
 
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_one_full_collection_after_the_block_where_collecting_is_on(gc_state, enabled_before):
+    gc.enable() if enabled_before else gc.disable()
+    full = []
+
+    def record(phase, info):
+        if phase == "stop" and info["generation"] == 2:
+            full.append(gc.get_count())
+
+    gc.callbacks.append(record)
+    try:
+        with cyclic_gc_paused():
+            survivors = [[] for _ in range(5000)]  # tracked objects that stay
+    finally:
+        gc.callbacks.remove(record)
+    assert len(full) == (1 if enabled_before else 0)
+    assert survivors
+
+
 def test_nested_pauses_restore_the_outer_state(gc_state):
     gc.enable()
     with cyclic_gc_paused():
