@@ -1,6 +1,6 @@
 // Weights a call reads once (a decode step's or a speculative verification's few rows)
 // loaded with a non-temporal hint: a prefetchnta of each line before its loads (the
-// GGUF kernels 3 KB ahead, the bf16 one right at them).
+// GGUF kernels 6 KB ahead, the bf16 one right at them).
 //
 // AMD's optimization guides describe such lines as not written back to L2 when they
 // leave L1, so they would never reach the L3 (filled by L2's evictions): a decode
@@ -36,8 +36,13 @@ inline bool stream_weights_once() {
 }
 
 // How far ahead of its loads a sequential stream asks for its lines: about what one
-// thread reads in a memory latency (~100-150 ns at 15-25 GB/s), and far below L1.
-constexpr int64_t kStreamAheadBytes = 3072;
+// thread reads in a memory latency, and far below L1. Zen 3 (~100-150 ns at 15-25 GB/s
+// a thread) measured 2-12 KB alike; on Zen 5, a guest whose host maps it in 4 KB pages
+// (a page walk every 4 KB, ~150-190 ns a miss), one thread streaming alone decoded
+// 3-5 % faster 4-8 KB ahead than 3 KB, two threads sharing a core complex alike
+// (docs/benchmarks.md): a thread's own stream is the limit when the two cores sit on
+// two complexes.
+constexpr int64_t kStreamAheadBytes = 6144;
 
 // Ask for bytes at p + ahead (whole 64-byte lines) as non-temporal data: ahead 0 right
 // before loading them, kStreamAheadBytes for a stream read in order. A prefetch never
