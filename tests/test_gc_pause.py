@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from specdec import LLM, hookimpl
-from specdec.engine.gc_pause import cyclic_gc_paused
+from specdec.engine.gc_pause import cyclic_gc_paused, freeze_startup_heap
 
 
 @pytest.fixture
@@ -71,3 +71,16 @@ def test_engine_builds_with_the_collector_paused(gc_state, tiny_model_dir):
     LLM(model=str(tiny_model_dir), plugins=[plugin], num_kv_blocks=16)
     assert plugin.enabled_at_start is False
     assert gc.isenabled()
+
+
+def test_frozen_startup_heap_is_out_of_the_collectors_sight():
+    made_at_start = [[] for _ in range(100)]
+    try:
+        freeze_startup_heap()
+        tracked = {id(o) for o in gc.get_objects()}
+        assert id(made_at_start) not in tracked
+        assert gc.get_freeze_count() >= len(made_at_start)
+        made_later = []
+        assert id(made_later) in {id(o) for o in gc.get_objects()}
+    finally:
+        gc.unfreeze()

@@ -66,11 +66,13 @@ def main(args: argparse.Namespace) -> int:
 
     from specdec import isa
     from specdec.engine import LLMEngine
+    from specdec.engine.gc_pause import freeze_startup_heap
     from specdec.server.app import create_app
 
     engine = LLMEngine(engine_config(args))
     print(f"specdec serve: {isa.engine_summary(engine.stats())}", file=sys.stderr, flush=True)
     app = create_app(engine, model_name=args.served_model_name, api_key=args.api_key,
                      options=server_options(args))
+    freeze_startup_heap()  # this process serves this engine until it exits
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
