@@ -38,10 +38,9 @@ inline bool stream_weights_once() {
 // How far ahead of its loads a sequential stream asks for its lines: about what one
 // thread reads in a memory latency, and far below L1. Zen 3 (~100-150 ns at 15-25 GB/s
 // a thread) measured 2-12 KB alike; on Zen 5, a guest whose host maps it in 4 KB pages
-// (a page walk every 4 KB, ~150-190 ns a miss), one thread streaming alone decoded
-// 3-5 % faster 4-8 KB ahead than 3 KB, two threads sharing a core complex alike
-// (docs/benchmarks.md): a thread's own stream is the limit when the two cores sit on
-// two complexes.
+// (a page walk every 4 KB, ~150-190 ns a miss), 6 KB decoded 7 % faster than 3 KB with
+// the two cores on two complexes, where each thread's own stream is the limit, and one
+// thread alone 3-5 %; two threads sharing a complex alike (docs/benchmarks.md).
 constexpr int64_t kStreamAheadBytes = 6144;
 
 // Ask for bytes at p + ahead (whole 64-byte lines) as non-temporal data: ahead 0 right
