@@ -3,6 +3,7 @@ bundled model, and written files that hold every metadata value type."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import gguf
@@ -122,4 +123,16 @@ def test_forged_array_count_stops_at_the_end_of_the_file(tmp_path):
     data[at:at + 8] = (2**63).to_bytes(8, "little")
     path.write_bytes(bytes(data))
     with pytest.raises(GgufFormatError, match="past the end"):
+        read_gguf_index(path)
+
+
+def test_deeply_nested_arrays_are_refused_not_recursed(tmp_path):
+    """Metadata whose one value is an array of arrays 10 000 deep: a precise error, not
+    a RecursionError."""
+    key = b"deep"
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+    body += struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 10_000
+    path = tmp_path / "deep.gguf"
+    path.write_bytes(body)
+    with pytest.raises(GgufFormatError, match="nested more than 8 deep"):
         read_gguf_index(path)

@@ -29,6 +29,7 @@ _MAGIC = b"GGUF"
 _VERSIONS = (2, 3)
 _DEFAULT_ALIGNMENT = 32
 _MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+_MAX_NESTING = 8  # arrays of arrays: a forged file would otherwise recurse without bound
 # Metadata value types (gguf.GGUFValueType) -> struct format of a scalar.
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}
@@ -93,8 +94,10 @@ class _Cursor:
     def skip_string(self) -> None:
         self.take(self.u64())
 
-    def value(self, kind: int, keep: bool):
+    def value(self, kind: int, keep: bool, depth: int = 0):
         """Reads (``keep``) or steps over one metadata value of type ``kind``."""
+        if depth > _MAX_NESTING:
+            raise self.fail(f"arrays nested more than {_MAX_NESTING} deep")
         if kind in _SCALARS:
             if keep:
                 return self.unpack(_SCALARS[kind])
@@ -109,7 +112,7 @@ class _Cursor:
                 self.take(count * struct.calcsize(_SCALARS[item]))
             elif item in (_STRING, _ARRAY):
                 for _ in range(count):  # the file's end stops a forged count
-                    self.value(item, keep=False)
+                    self.value(item, keep=False, depth=depth + 1)
             else:
                 raise self.fail(f"unknown array item type {item}")
         else:
