@@ -30,11 +30,12 @@ _VERSIONS = (2, 3)
 _DEFAULT_ALIGNMENT = 32
 _MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
 _MAX_NESTING = 8  # arrays of arrays: a forged file would otherwise recurse without bound
-# Metadata value types (gguf.GGUFValueType) -> struct format of a scalar.
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}
+# Metadata value types (gguf.GGUFValueType) -> the layout of a scalar.
+_SCALARS = {kind: struct.Struct(fmt) for kind, fmt in {
+    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+    10: "<Q", 11: "<q", 12: "<d"}.items()}
 _STRING, _ARRAY = 8, 9
-_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_U32, _U64 = _SCALARS[4], _SCALARS[10]
 
 
 class GgufFormatError(ValueError):
@@ -73,8 +74,7 @@ class _Cursor:
         self.offset = start + size
         return start
 
-    def unpack(self, fmt: struct.Struct | str):
-        fmt = fmt if isinstance(fmt, struct.Struct) else struct.Struct(fmt)
+    def unpack(self, fmt: struct.Struct):
         return fmt.unpack_from(self.buffer, self.take(fmt.size))[0]
 
     def u32(self) -> int:
@@ -101,7 +101,7 @@ class _Cursor:
         if kind in _SCALARS:
             if keep:
                 return self.unpack(_SCALARS[kind])
-            self.take(struct.calcsize(_SCALARS[kind]))
+            self.take(_SCALARS[kind].size)
         elif kind == _STRING:
             if keep:
                 return self.string()
@@ -109,7 +109,7 @@ class _Cursor:
         elif kind == _ARRAY:
             item, count = self.u32(), self.u64()
             if item in _SCALARS:
-                self.take(count * struct.calcsize(_SCALARS[item]))
+                self.take(count * _SCALARS[item].size)
             elif item in (_STRING, _ARRAY):
                 for _ in range(count):  # the file's end stops a forged count
                     self.value(item, keep=False, depth=depth + 1)
